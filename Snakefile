@@ -1,0 +1,24 @@
+# kernelbook: from study configs to verified, timed, profiled kernels and their worklogs.
+#   snakemake --cores 1 all        everything this machine can do (no GPU: compile only)
+# Stages live in workflow/rules/*.smk; logic lives in src/kernelbook, called through its CLI.
+
+from snakemake.utils import min_version, validate
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+validate(config, "workflow/schemas/config.schema.yaml")
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/compile.smk"
+include: "workflow/rules/bench.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        all_targets(),

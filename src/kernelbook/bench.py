@@ -1,0 +1,251 @@
+"""Check, then time, one variant over its sizes with its baseline side by side.
+
+Every size is checked against the float64 reference before anything is timed: a wrong,
+non-finite, out-of-bounds, crashing or hanging kernel stops the job with one message that
+names the study, variant and size, and no time of it is recorded. Sizes a variant's
+``requires`` rule out are kept as ``skipped`` rows with the failed condition.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernelbook import gpu, problems
+from kernelbook.build import sha256_file
+from kernelbook.config import Project, Study, Variant
+from kernelbook.problems.base import CheckError
+from kernelbook.timing import Hang, Timer
+
+
+class KernelFailure(RuntimeError):
+    """A variant could not be run or checked at a size (crash, launch error, hang, wrong)."""
+
+
+class Crash(KernelFailure):
+    kind = "crash"
+
+
+@dataclass(frozen=True)
+class BuildInfo:
+    cubin: Path
+    nvcc_version: str
+    nvcc_flags: str
+
+
+def _cuda_error(e: BaseException) -> bool:
+    return type(e).__module__.startswith(("cupy", "cupy_backends")) or "CUDA" in type(e).__name__
+
+
+def _dims(d) -> str:
+    return ",".join(str(x) for x in d)
+
+
+class Bench:
+    """The device-side state shared by all sizes of one job."""
+
+    def __init__(self, project: Project, study: Study, slot_uuid: str, log: Callable[[str], None]):
+        import cupy as cp
+        import torch
+
+        self.cp, self.torch = cp, torch
+        self.project, self.study = project, study
+        self.problem = problems.get(study.problem)
+        self.log = log
+        self.uuid = slot_uuid
+        props = cp.cuda.runtime.getDeviceProperties(0)
+        self.l2_bytes = int(props["l2CacheSize"])
+        self.torch_stream = torch.cuda.Stream()
+        self.stream = cp.cuda.ExternalStream(self.torch_stream.cuda_stream)
+        self.timer = Timer(study.timing, self.l2_bytes, self.stream, self.torch_stream)
+        facts = gpu.device_facts(slot_uuid)
+        rt = cp.cuda.runtime.runtimeGetVersion()
+        self.provenance = {
+            "gpu_name": facts["gpu_name"],
+            "gpu_uuid": facts["gpu_uuid"],
+            "driver_version": facts["driver_version"],
+            "cuda_version": f"{rt // 1000}.{(rt % 1000) // 10}",
+            "cuda_driver_version": facts["cuda_driver_version"],
+            "seed": int(project.settings["seed"]),
+            "arch": project.settings["arch"],
+            "cache": study.timing["cache"],
+            "timing_method": study.timing["method"],
+            "flush_bytes": self.timer.flush_bytes,
+            "software": f"python {platform.python_version()}, cupy {cp.__version__}, "
+            f"torch {torch.__version__}",
+            **gpu.host_provenance(project.root),
+        }
+        self.sampler = gpu.Sampler(slot_uuid)
+
+    def close(self):
+        self.sampler.close()
+
+    # ------------------------------------------------------------------------------
+    def load(self, variant: Variant, cubin: Path):
+        cp = self.cp
+        try:
+            module = cp.RawModule(path=str(cubin))
+            return module.get_function(variant.entry)
+        except Exception as e:
+            raise KernelFailure(
+                f"{self.study.name}/{variant.id}: cannot load '{variant.entry}' from {cubin}: {e}"
+            ) from None
+
+    def launcher(self, kernel, variant: Variant, sizes, case):
+        cp = self.cp
+        launch = variant.launch(sizes)
+        if launch.smem > 48 * 1024:
+            try:
+                cp.cuda.driver.funcSetAttribute(
+                    kernel.ptr, cp.cuda.driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    launch.smem,
+                )
+            except Exception as e:
+                raise KernelFailure(
+                    f"{self.study.name}/{variant.id}: cannot allow {launch.smem} bytes of dynamic "
+                    f"shared memory: {e}"
+                ) from None
+
+        def run():
+            kernel(launch.grid, launch.block, case.args, shared_mem=launch.smem)
+
+        return run, launch
+
+    def where(self, variant: Variant, sizes) -> str:
+        label = " ".join(f"{k}={v}" for k, v in sizes.items())
+        return f"{self.study.name}/{variant.id} at {label}"
+
+    def check(self, kernel, variant: Variant, sizes):
+        """One launch on fresh inputs, checked; returns (case, run, launch, CheckResult)."""
+        where = self.where(variant, sizes)
+        tol = self.study.tolerance or self.problem.tolerance(sizes, self.study.dtype)
+        case = self.problem.setup(sizes, self.study.dtype, self.study.params, self.project.settings["seed"])
+        run, launch = self.launcher(kernel, variant, sizes, case)
+        try:
+            case.reset()
+            self.timer.wait_stream(f"{where} (input setup)")
+            self.timer.run_once(run, where)
+        except Hang:
+            raise
+        except Exception as e:
+            if _cuda_error(e):
+                raise Crash(f"{where}: the kernel failed to launch or crashed: {e}") from None
+            raise
+        return case, run, launch, self.problem.check(case, tol, where), tol
+
+    def free(self):
+        self.cp.get_default_memory_pool().free_all_blocks()
+        self.torch.cuda.empty_cache()
+
+
+def bench_variant(
+    project: Project,
+    study: Study,
+    variant: Variant,
+    build: BuildInfo,
+    slot_uuid: str,
+    sizes: list[dict] | None = None,
+    tolerate_failure: bool = False,
+    log: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True),
+) -> list[dict]:
+    """Rows of the measurements table for one variant (one job)."""
+    problem = problems.get(study.problem)
+    if sizes is None:
+        sizes = list(variant.tune_sizes) if variant.tune_sizes else list(study.sizes)
+    b = Bench(project, study, slot_uuid, log)
+    src = project.root / variant.source
+    static = {
+        "study": study.name,
+        "problem": study.problem,
+        "variant": variant.id,
+        "variant_kind": "candidate" if variant.tuned_from else "variant",
+        "tuned_from": variant.tuned_from,
+        "tune_point": json.dumps(variant.tune_point) if variant.tuned_from else None,
+        "dtype": study.dtype,
+        "params": json.dumps(study.params, sort_keys=True),
+        "baseline": study.baseline,
+        "source_sha256": sha256_file(src),
+        "spec_sha256": variant.spec_sha256(),
+        "cubin_sha256": sha256_file(build.cubin),
+        "defines": json.dumps(variant.defines),
+        "nvcc_flags": build.nvcc_flags,
+        "nvcc_version": build.nvcc_version,
+        **b.provenance,
+    }
+
+    def blank(s, status, reason):
+        return {
+            **static, **s, "size": problem.label(s), "status": status, "reason": reason,
+            "flop": problem.flops(s), "bytes_min": problem.min_bytes(s, study.dtype),
+            "tolerance": study.tolerance or problem.tolerance(s, study.dtype),
+            "measured_at": gpu.now(),
+        }
+
+    runnable, rows = [], []
+    for s in sizes:
+        unmet = variant.unmet(s)
+        if unmet:
+            log(f"{b.where(variant, s)}: skipped, requires {' and '.join(unmet)}")
+            rows.append(blank(s, "skipped", "requires " + " and ".join(unmet)))
+        else:
+            runnable.append(s)
+    checked: dict[str, tuple] = {}
+    try:
+        kernel = b.load(variant, build.cubin)
+        with b.stream, b.torch.cuda.stream(b.torch_stream):
+            for s in runnable:  # correct before fast: every size, before any timing
+                case, _, launch, result, tol = b.check(kernel, variant, s)
+                log(f"{b.where(variant, s)}: correct, rel_err {result.rel_err:.2e} (tol {tol:.1e})")
+                checked[problem.label(s)] = (result, launch)
+                del case
+                b.free()
+            for s in runnable:
+                rows.append(_time_size(b, kernel, variant, s, checked[problem.label(s)], blank))
+                b.free()
+    except (KernelFailure, CheckError, Hang) as e:
+        if not tolerate_failure:
+            raise
+        kind = getattr(e, "kind", type(e).__name__.lower())
+        log(f"{study.name}/{variant.id}: candidate failed ({kind}): {e}")
+        done = {r["size"] for r in rows}
+        rows += [blank(s, "failed", f"{kind}: {e}") for s in sizes if problem.label(s) not in done]
+    finally:
+        b.close()
+    return rows
+
+
+def _time_size(b: Bench, kernel, variant, s, checked, blank) -> dict:
+    study, problem = b.study, b.problem
+    result, _ = checked
+    where = b.where(variant, s)
+    case = problem.setup(s, study.dtype, study.params, b.project.settings["seed"])
+    run, launch = b.launcher(kernel, variant, s, case)
+    base = problem.baseline(case, study.baseline, study.params)
+    with b.sampler:
+        stats = b.timer.measure({"variant": run, "baseline": base.run}, where)
+    env = b.sampler.summary()
+    v, bl = stats["variant"], stats["baseline"]
+    flop, nbytes = problem.flops(s), problem.min_bytes(s, study.dtype)
+    row = blank(s, "ok", None)
+    row.update(
+        median_ms=v.median, q1_ms=v.q1, q3_ms=v.q3, min_ms=v.min, max_ms=v.max, mean_ms=v.mean,
+        rel_std=v.rel_std, rse_median=v.rse_median, n_samples=v.n, converged=v.converged and bl.converged,
+        tflops=flop / (v.median * 1e-3) / 1e12, gbps=nbytes / (v.median * 1e-3) / 1e9,
+        baseline_mode=base.mode, baseline_median_ms=bl.median, baseline_q1_ms=bl.q1,
+        baseline_q3_ms=bl.q3, baseline_n_samples=bl.n,
+        baseline_tflops=flop / (bl.median * 1e-3) / 1e12,
+        baseline_gbps=nbytes / (bl.median * 1e-3) / 1e9, baseline_rel_err=base.rel_err,
+        pct_of_baseline=100.0 * bl.median / v.median, correct=True, rel_err=result.rel_err,
+        max_err=result.max_err, grid=_dims(launch.grid), block=_dims(launch.block),
+        smem_dynamic_bytes=launch.smem, measured_at=gpu.now(), **env,
+    )
+    flag = " THROTTLED " + env["throttle_reasons"] if env["throttled"] else ""
+    b.log(
+        f"{where}: {v.median:.4f} ms ({row['tflops']:.2f} TFLOP/s, n={v.n}), "
+        f"{study.baseline} {bl.median:.4f} ms -> {row['pct_of_baseline']:.1f} %{flag}"
+    )
+    return row

@@ -1,0 +1,207 @@
+"""Compile a variant with nvcc, read ptxas's resource report, count SASS opcodes."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernelbook.config import Variant
+
+
+class CompileError(RuntimeError):
+    """nvcc failed, or the entry point is not in what it built."""
+
+
+@dataclass(frozen=True)
+class Resources:
+    function: str
+    registers: int
+    barriers: int
+    smem_static_bytes: int
+    stack_bytes: int
+    spill_store_bytes: int
+    spill_load_bytes: int
+    cmem0_bytes: int | None
+
+
+_ENTRY = re.compile(r"Compiling entry function '([^']+)' for '([^']+)'")
+_FRAME = re.compile(
+    r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads"
+)
+_USED = re.compile(r"Used (\d+) registers")
+_BARRIERS = re.compile(r"used (\d+) barriers")
+_SMEM = re.compile(r"(\d+) bytes smem")
+_CMEM0 = re.compile(r"(\d+) bytes cmem\[0\]")
+
+
+def parse_ptxas(log: str) -> dict[str, Resources]:
+    """ptxas -v output (as nvcc prints it) into resources per entry function."""
+    out: dict[str, Resources] = {}
+    current: str | None = None
+    fields: dict[str, int | None] = {}
+
+    def close():
+        if current is not None and "registers" in fields:
+            out[current] = Resources(current, **fields)  # type: ignore[arg-type]
+
+    for line in log.splitlines():
+        m = _ENTRY.search(line)
+        if m:
+            close()
+            current = m.group(1)
+            fields = {
+                "barriers": 0, "smem_static_bytes": 0, "stack_bytes": 0,
+                "spill_store_bytes": 0, "spill_load_bytes": 0, "cmem0_bytes": None,
+            }
+            continue
+        if current is None:
+            continue
+        m = _FRAME.search(line)
+        if m:
+            fields["stack_bytes"], fields["spill_store_bytes"], fields["spill_load_bytes"] = (
+                int(g) for g in m.groups()
+            )
+        m = _USED.search(line)
+        if m:
+            fields["registers"] = int(m.group(1))
+            for rx, key in ((_BARRIERS, "barriers"), (_SMEM, "smem_static_bytes"),
+                            (_CMEM0, "cmem0_bytes")):
+                mm = rx.search(line)
+                if mm:
+                    fields[key] = int(mm.group(1))
+    close()
+    return out
+
+
+_SASS_FUNC = re.compile(r"^\s*Function : (\S+)")
+_SASS_INSN = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)")
+
+
+def parse_sass(text: str) -> dict[str, Counter]:
+    """cuobjdump -sass output into an opcode histogram per function (full mnemonic, e.g. LDS.128)."""
+    out: dict[str, Counter] = {}
+    current = None
+    for line in text.splitlines():
+        m = _SASS_FUNC.match(line)
+        if m:
+            current = out.setdefault(m.group(1), Counter())
+            continue
+        if current is None:
+            continue
+        m = _SASS_INSN.match(line)
+        if m:
+            current[m.group(1)] += 1
+    return out
+
+
+def _nvidia_bin_dirs() -> list[str]:
+    dirs = []
+    try:
+        import nvidia  # namespace package of NVIDIA's PyPI wheels
+
+        for base in nvidia.__path__:
+            for sub in ("cu13", "cu12", "cuda_cuobjdump", "cuda_nvdisasm"):
+                d = Path(base) / sub / "bin"
+                if d.is_dir():
+                    dirs.append(str(d))
+    except ImportError:
+        pass
+    return dirs
+
+
+def tool(name: str) -> str:
+    """Find a CUDA tool on PATH or in NVIDIA's PyPI wheels (cuobjdump, nvdisasm)."""
+    found = shutil.which(name) or shutil.which(name, path=os.pathsep.join(_nvidia_bin_dirs()))
+    if not found:
+        raise CompileError(
+            f"{name} not found on PATH nor in the nvidia-cuda-{name} wheel; install the CUDA "
+            f"toolkit or `pip install nvidia-cuda-{name}`"
+        )
+    return found
+
+
+def tool_env() -> dict[str, str]:
+    """Environment in which cuobjdump finds nvdisasm even when both come from wheels."""
+    env = dict(os.environ)
+    extra = _nvidia_bin_dirs()
+    if extra:
+        env["PATH"] = os.pathsep.join([env.get("PATH", ""), *extra])
+    return env
+
+
+def nvcc_version() -> str:
+    try:
+        text = subprocess.run(["nvcc", "--version"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise CompileError(f"nvcc is not usable: {e}") from None
+    m = re.search(r"release [\d.]+, V([\d.]+)", text)
+    return m.group(1) if m else text.strip().splitlines()[-1]
+
+
+def gencode(arch: str) -> list[str]:
+    num = arch.split("_", 1)[1]
+    return [f"-gencode=arch=compute_{num},code=sm_{num}"]
+
+
+def define_flags(defines: dict) -> list[str]:
+    return [f"-D{k}={v}" for k, v in defines.items()]
+
+
+def nvcc_command(variant: Variant, arch: str, flags: list[str], source: Path, out: Path) -> list[str]:
+    return [
+        "nvcc", "-cubin", *gencode(arch), *flags, *variant.nvcc_flags, "-Xptxas", "-v",
+        f"-I{source.parent}", *define_flags(variant.defines), "-o", str(out), str(source),
+    ]
+
+
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    resources: Resources
+    sass: Counter
+    log: str
+    command: list[str]
+    nvcc_version: str
+
+
+def compile_variant(variant: Variant, arch: str, flags: list[str], root: Path, cubin: Path) -> BuildResult:
+    source = Path(root) / variant.source
+    if not source.is_file():
+        raise CompileError(f"{variant.study}/{variant.id}: source {variant.source} not found")
+    cubin = Path(cubin)
+    cubin.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cubin.with_name(cubin.name + ".tmp")
+    cmd = nvcc_command(variant, arch, flags, source, tmp)
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    log = proc.stdout + proc.stderr
+    if proc.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        raise CompileError(
+            f"{variant.study}/{variant.id}: nvcc failed on {variant.source} (exit "
+            f"{proc.returncode}):\n{log.strip()}\ncommand: {' '.join(cmd)}"
+        )
+    resources = parse_ptxas(log)
+    if variant.entry not in resources:
+        tmp.unlink(missing_ok=True)
+        found = ", ".join(resources) or "none"
+        raise CompileError(
+            f"{variant.study}/{variant.id}: entry '{variant.entry}' is not a kernel in "
+            f"{variant.source} (kernels found: {found}; is it extern \"C\" __global__?)"
+        )
+    dump = subprocess.run(
+        [tool("cuobjdump"), "-sass", str(tmp)], capture_output=True, text=True, env=tool_env()
+    )
+    if dump.returncode != 0:
+        raise CompileError(f"{variant.study}/{variant.id}: cuobjdump -sass failed: {dump.stderr.strip()}")
+    sass = parse_sass(dump.stdout).get(variant.entry, Counter())
+    os.replace(tmp, cubin)
+    return BuildResult(resources[variant.entry], sass, log, cmd, nvcc_version())

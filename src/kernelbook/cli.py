@@ -1,0 +1,239 @@
+"""kernelbook's command line: the rules call it, and it is the quick loop outside the DAG.
+
+    kernelbook list [STUDY]                      studies, variants, sizes
+    kernelbook compile STUDY VARIANT ...         nvcc + resource report + SASS histogram
+    kernelbook bench STUDY VARIANT [--size S]    check, then time beside the baseline
+    kernelbook device --out FILE                 NVML facts and measured ceilings
+    kernelbook gather TABLE OUT IN...            concatenate per-job tables
+    kernelbook select STUDY VARIANT --out F IN.. autotuning reduce
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from kernelbook import config as cfg
+from kernelbook import problems
+
+
+def _project(args) -> cfg.Project:
+    overrides = json.loads(args.settings) if args.settings else None
+    return cfg.load_project_file(args.configfile, overrides=overrides)
+
+
+def _study_variant(args):
+    project = _project(args)
+    if args.study not in project.studies:
+        path = Path(args.configfile).resolve().parent.parent / project.settings["study_dir"]
+        project.studies[args.study] = cfg.load_study(
+            path / f"{args.study}.yaml", project.settings, project.root
+        )
+    study = project.study(args.study)
+    return project, study, study.variant(args.variant)
+
+
+def _eprint(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------------------------------
+def cmd_list(args) -> int:
+    project = _project(args)
+    names = [args.study] if args.study else list(project.studies)
+    for name in names:
+        s = project.study(name)
+        p = problems.get(s.problem)
+        print(f"{name}: {s.problem} {s.dtype}, baseline {s.baseline}, {len(s.sizes)} sizes: "
+              + ", ".join(p.label(z) for z in s.sizes))
+        for v in s.variants:
+            extra = f"  [{len(v.candidates)} candidates]" if v.is_tuned else ""
+            print(f"  {v.id:28s} {v.entry:28s} {v.says}{extra}")
+    return 0
+
+
+def cmd_compile(args) -> int:
+    from kernelbook import build, gpu, tables
+
+    project, study, variant = _study_variant(args)
+    s = project.settings
+    flags = list(s["nvcc_flags"])
+    res = build.compile_variant(variant, s["arch"], flags, project.root, Path(args.cubin))
+    r = res.resources
+    row = {
+        "study": study.name, "variant": variant.id, "tuned_from": variant.tuned_from,
+        "entry": variant.entry, "source": variant.source, "arch": s["arch"],
+        "registers": r.registers, "barriers": r.barriers, "smem_static_bytes": r.smem_static_bytes,
+        "stack_bytes": r.stack_bytes, "spill_store_bytes": r.spill_store_bytes,
+        "spill_load_bytes": r.spill_load_bytes, "cmem0_bytes": r.cmem0_bytes,
+        "sass_instructions": sum(res.sass.values()),
+        "source_sha256": build.sha256_file(project.root / variant.source),
+        "spec_sha256": variant.spec_sha256(), "cubin_sha256": build.sha256_file(args.cubin),
+        "defines": json.dumps(variant.defines), "nvcc_flags": " ".join(flags + list(variant.nvcc_flags)),
+        "nvcc_version": res.nvcc_version, "nvcc_command": " ".join(res.command),
+        "git_commit": gpu.git_commit(project.root), "built_at": gpu.now(),
+    }
+    _eprint(res.log.strip())
+    _eprint(f"{study.name}/{variant.id}: {r.registers} registers, {r.smem_static_bytes} B static smem, "
+            f"{r.spill_store_bytes}/{r.spill_load_bytes} B spilled, {row['sass_instructions']} SASS")
+    if args.build:
+        tables.write([row], args.build, "build")
+    if args.sass:
+        sass = [{"study": study.name, "variant": variant.id, "opcode": op, "op": op.split(".")[0],
+                 "count": n} for op, n in sorted(res.sass.items())]
+        tables.write(sass, args.sass, "sass")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from kernelbook import bench, build, gpu, tables
+
+    project, study, variant = _study_variant(args)
+    if variant.is_tuned:
+        raise cfg.ConfigError(
+            f"{study.name}/{variant.id} is autotuned; bench one of its candidates "
+            f"({', '.join(variant.candidates[:3])}, ...) or run the DAG"
+        )
+    problem = problems.get(study.problem)
+    sizes = None
+    if args.size:
+        try:
+            sizes = [problem.parse_size(t) for t in args.size]
+        except ValueError as e:
+            raise cfg.ConfigError(str(e)) from None
+    slot = gpu.acquire_slot()
+    s = project.settings
+    flags = " ".join(list(s["nvcc_flags"]) + list(variant.nvcc_flags))
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.cubin:
+            build_row = tables.read(args.build_table).iloc[0] if args.build_table else None
+            info = bench.BuildInfo(
+                Path(args.cubin),
+                build_row["nvcc_version"] if build_row is not None else build.nvcc_version(), flags,
+            )
+        else:
+            cubin = Path(tmp) / f"{variant.id}.cubin"
+            res = build.compile_variant(variant, s["arch"], list(s["nvcc_flags"]), project.root, cubin)
+            info = bench.BuildInfo(cubin, res.nvcc_version, flags)
+        rows = bench.bench_variant(
+            project, study, variant, info, slot.uuid, sizes=sizes, tolerate_failure=args.tolerate_failure
+        )
+    if args.out:
+        tables.write(rows, args.out, "measurements", problem.size_names)
+    _print_rows(rows, problem)
+    return 0
+
+
+def _print_rows(rows, problem):
+    head = f"{'size':>16} {'status':>8} {'median ms':>10} {'TFLOP/s':>8} {'GB/s':>8} {'base ms':>9} {'% base':>7} {'rel err':>8}"
+    print(head)
+    for r in rows:
+        if r["status"] != "ok":
+            print(f"{r['size']:>16} {r['status']:>8}  {r['reason']}")
+            continue
+        print(f"{r['size']:>16} {r['status']:>8} {r['median_ms']:10.4f} {r['tflops']:8.2f} "
+              f"{r['gbps']:8.1f} {r['baseline_median_ms']:9.4f} {r['pct_of_baseline']:7.1f} "
+              f"{r['rel_err']:8.1e}" + ("  throttled" if r["throttled"] else ""))
+
+
+def cmd_device(args) -> int:
+    from kernelbook import device, gpu
+
+    project = _project(args)
+    slot = gpu.acquire_slot()
+    device.write_device_table(project, Path(args.out), slot.uuid)
+    return 0
+
+
+def cmd_gather(args) -> int:
+    from kernelbook import tables
+
+    tables.gather(args.inputs, args.out, args.table)
+    return 0
+
+
+def cmd_select(args) -> int:
+    import pandas as pd
+
+    from kernelbook import tables, tune
+
+    project, study, variant = _study_variant(args)
+    frames = [tables.read(p) for p in args.inputs]
+    out = tune.select(pd.concat(frames, ignore_index=True), variant.id)
+    tables.write(out, args.out, "measurements", study.size_names)
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kernelbook", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--configfile", default="config/config.yaml")
+    p.add_argument("--settings", help="JSON overriding keys of the config file (the DAG passes its own)")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("list", help="studies, variants and sizes")
+    s.add_argument("study", nargs="?")
+    s.set_defaults(fn=cmd_list)
+
+    s = sub.add_parser("compile", help="compile one variant, report resources and SASS")
+    s.add_argument("study")
+    s.add_argument("variant")
+    s.add_argument("--cubin", required=True)
+    s.add_argument("--build", help="build table row (Parquet)")
+    s.add_argument("--sass", help="SASS opcode histogram (Parquet)")
+    s.set_defaults(fn=cmd_compile)
+
+    s = sub.add_parser("bench", help="check, then time one variant beside its baseline")
+    s.add_argument("study")
+    s.add_argument("variant")
+    s.add_argument("--size", action="append", help="e.g. 4096, 4096x4096x1000 or M=..,N=..,K=..; repeatable")
+    s.add_argument("--cubin", help="a compiled cubin (default: compile now)")
+    s.add_argument("--build-table", help="the cubin's build table row, for provenance")
+    s.add_argument("--out", help="measurements table (Parquet)")
+    s.add_argument("--tolerate-failure", action="store_true",
+                   help="record a failing variant as failed rows instead of failing (autotuning)")
+    s.set_defaults(fn=cmd_bench)
+
+    s = sub.add_parser("device", help="NVML facts and measured ceilings of the GPU")
+    s.add_argument("--out", required=True)
+    s.set_defaults(fn=cmd_device)
+
+    s = sub.add_parser("gather", help="concatenate per-job tables")
+    s.add_argument("table")
+    s.add_argument("out")
+    s.add_argument("inputs", nargs="*")
+    s.set_defaults(fn=cmd_gather)
+
+    s = sub.add_parser("select", help="autotuning: pick the best candidate per size")
+    s.add_argument("study")
+    s.add_argument("variant")
+    s.add_argument("--out", required=True)
+    s.add_argument("inputs", nargs="+")
+    s.set_defaults(fn=cmd_select)
+    return p
+
+
+def main(argv=None) -> int:
+    from kernelbook.bench import Crash, KernelFailure
+    from kernelbook.build import CompileError
+    from kernelbook.gpu import NoGpu
+    from kernelbook.problems.base import CheckError
+    from kernelbook.tables import TableError
+    from kernelbook.timing import Hang
+
+    args = parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except (Hang, Crash) as e:
+        # The device is unusable (a kernel still running, or a dead context): say why and
+        # leave without the clean-up that would wait on it.
+        _eprint(f"kernelbook: error: {e}")
+        sys.stderr.flush()
+        os._exit(1)
+    except (cfg.ConfigError, CompileError, KernelFailure, CheckError, TableError, NoGpu) as e:
+        _eprint(f"kernelbook: error: {e}")
+        return 1

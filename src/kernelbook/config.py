@@ -1,0 +1,502 @@
+"""Load, validate and resolve the global config and the study files.
+
+This is the only module that reads YAML. Everything it returns is resolved: defaults
+filled, sizes expanded, expressions parsed and their names checked, autotuning spaces
+expanded into candidate variants. Every error names the file and the key at fault.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from kernelbook import expr, problems
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SCHEMA_DIR = REPO_ROOT / "workflow" / "schemas"
+CANDIDATE_SEP = "__"
+
+
+class ConfigError(ValueError):
+    """A config or study file that cannot be used; the message names file and key."""
+
+
+def schema(name: str) -> dict:
+    path = SCHEMA_DIR / f"{name}.schema.yaml"
+    if not path.is_file():
+        raise ConfigError(f"schema {path} is missing: is kernelbook run from its repository?")
+    return yaml.safe_load(path.read_text())
+
+
+def read_yaml(path: Path) -> Any:
+    if not path.is_file():
+        raise ConfigError(f"{path}: file not found")
+    try:
+        return yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(e, "problem", None) or str(e)
+        raise ConfigError(f"{path}: not valid YAML{where}: {problem}") from None
+
+
+def _where(path_items) -> str:
+    out = ""
+    for item in path_items:
+        out += f"[{item}]" if isinstance(item, int) else (f".{item}" if out else str(item))
+    return out or "(top level)"
+
+
+def validate(data: Any, schema_name: str, source: str) -> dict:
+    """Validate against a schema in workflow/schemas and fill its defaults; return a copy."""
+    sch = schema(schema_name)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
+    validator = jsonschema.Draft202012Validator(sch)
+    errors = sorted(validator.iter_errors(data), key=lambda e: (len(e.absolute_path), e.path))
+    if errors:
+        err = jsonschema.exceptions.best_match(errors)
+        raise ConfigError(f"{source}: {_where(err.absolute_path)}: {_message(err)}")
+    data = copy.deepcopy(data)
+    _fill_defaults(sch, data)
+    return data
+
+
+def _message(err: jsonschema.ValidationError) -> str:
+    if err.validator == "required":
+        return err.message.replace("is a required property", "is required")
+    if err.validator == "additionalProperties":
+        return err.message.replace("Additional properties are not allowed", "unknown key")
+    if err.validator in ("oneOf", "anyOf"):
+        hint = err.schema.get("description", "")
+        return f"{err.instance!r} is not a valid value here" + (f" ({hint})" if hint else "")
+    return err.message
+
+
+def _fill_defaults(sch: dict, data: dict) -> None:
+    for key, sub in sch.get("properties", {}).items():
+        if key not in data and "default" in sub:
+            data[key] = copy.deepcopy(sub["default"])
+        if isinstance(data.get(key), dict) and "properties" in sub:
+            _fill_defaults(sub, data[key])
+
+
+# --------------------------------------------------------------------------------------
+# Records
+
+
+@dataclass(frozen=True)
+class Launch:
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    smem: int
+
+
+@dataclass(frozen=True)
+class Variant:
+    study: str
+    id: str
+    source: str  # relative to the repository root
+    entry: str
+    defines: dict[str, Any]  # resolved values, in declaration order
+    nvcc_flags: tuple[str, ...]
+    grid: tuple[Any, ...]
+    block: tuple[Any, ...]
+    smem: Any
+    requires: tuple[str, ...]
+    says: str = ""
+    predict: dict[str, float] = field(default_factory=dict)
+    expect: str | None = None
+    tuned_from: str | None = None  # the tuned variant this candidate belongs to
+    tune_point: dict[str, int] = field(default_factory=dict)
+    candidates: tuple[str, ...] = ()  # for a tuned variant: its candidates' ids
+    tune_sizes: tuple[dict[str, int], ...] = ()
+
+    @property
+    def is_tuned(self) -> bool:
+        return bool(self.candidates)
+
+    def env(self, sizes: dict[str, int]) -> dict[str, Any]:
+        return {**self.defines, **sizes}
+
+    def unmet(self, sizes: dict[str, int]) -> list[str]:
+        """The ``requires`` conditions these sizes fail."""
+        env = self.env(sizes)
+        return [r for r in self.requires if not expr.evaluate(r, env)]
+
+    def launch(self, sizes: dict[str, int]) -> Launch:
+        env = self.env(sizes)
+        try:
+            grid = [expr.evaluate_int(g, env) for g in self.grid]
+            block = [expr.evaluate_int(b, env) for b in self.block]
+            smem = expr.evaluate_int(self.smem, env)
+        except expr.ExprError as e:
+            raise ConfigError(f"{self.study}/{self.id}: launch geometry at {sizes}: {e}") from None
+        grid += [1] * (3 - len(grid))
+        block += [1] * (3 - len(block))
+        for name, dims in (("grid", grid), ("block", block)):
+            if any(d < 1 for d in dims):
+                raise ConfigError(f"{self.study}/{self.id}: {name} {dims} at {sizes} has a zero")
+        threads = block[0] * block[1] * block[2]
+        if threads > 1024:
+            raise ConfigError(f"{self.study}/{self.id}: block {block} has {threads} threads (> 1024)")
+        if smem < 0:
+            raise ConfigError(f"{self.study}/{self.id}: negative dynamic shared memory {smem}")
+        return Launch(tuple(grid), tuple(block), smem)
+
+    def spec(self) -> dict[str, Any]:
+        """What defines this variant's build and launch: a change reruns its jobs."""
+        return {
+            "source": self.source,
+            "entry": self.entry,
+            "defines": self.defines,
+            "nvcc_flags": list(self.nvcc_flags),
+            "grid": list(self.grid),
+            "block": list(self.block),
+            "smem": self.smem,
+            "requires": list(self.requires),
+        }
+
+    def spec_sha256(self) -> str:
+        return hashlib.sha256(json.dumps(self.spec(), sort_keys=True).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Study:
+    name: str
+    path: str
+    problem: str
+    dtype: str
+    params: dict[str, Any]
+    sizes: tuple[dict[str, int], ...]
+    baseline: str
+    headline: dict[str, int] | None
+    tolerance: float | None
+    timing: dict[str, Any]
+    variants: tuple[Variant, ...]  # as declared, tuned ones included
+    candidates: tuple[Variant, ...]  # the tuned variants' candidates
+    title: str = ""
+    question: str = ""
+    references: tuple[dict, ...] = ()
+
+    def variant(self, vid: str) -> Variant:
+        for v in (*self.variants, *self.candidates):
+            if v.id == vid:
+                return v
+        known = ", ".join(v.id for v in self.variants)
+        raise ConfigError(f"{self.path}: no variant '{vid}' (variants: {known})")
+
+    def jobs(self) -> list[Variant]:
+        """Everything that is compiled and benched on its own: plain variants and candidates."""
+        out = [v for v in self.variants if not v.is_tuned]
+        return out + list(self.candidates)
+
+    @property
+    def size_names(self) -> tuple[str, ...]:
+        return problems.get(self.problem).size_names
+
+
+@dataclass(frozen=True)
+class Project:
+    root: Path
+    settings: dict[str, Any]
+    studies: dict[str, Study]
+
+    def study(self, name: str) -> Study:
+        if name not in self.studies:
+            raise ConfigError(f"no study '{name}' in this run (studies: {', '.join(self.studies)})")
+        return self.studies[name]
+
+
+# --------------------------------------------------------------------------------------
+# Loading
+
+
+def load_settings(data: Any, source: str = "config") -> dict[str, Any]:
+    settings = validate(data, "config", source)
+    t = settings["timing"]
+    if t["method"] == "graph" and t["cache"] == "cold":
+        raise ConfigError(f"{source}: timing.method 'graph' needs timing.cache 'warm'")
+    if t["max_samples"] < t["min_samples"]:
+        raise ConfigError(f"{source}: timing.max_samples is below timing.min_samples")
+    return settings
+
+
+def load_project(data: Any, root: Path | str = REPO_ROOT, source: str = "config") -> Project:
+    root = Path(root)
+    settings = load_settings(data, source)
+    study_dir = root / settings["study_dir"]
+    studies = {}
+    for name in settings["studies"]:
+        studies[name] = load_study(study_dir / f"{name}.yaml", settings, root)
+    return Project(root, settings, studies)
+
+
+def load_project_file(configfile: Path | str = "config/config.yaml", root=None, overrides=None):
+    configfile = Path(configfile)
+    root = Path(root) if root else configfile.resolve().parent.parent
+    data = read_yaml(configfile)
+    if overrides:
+        if not isinstance(data, dict):
+            raise ConfigError(f"{configfile}: expected a mapping at the top level")
+        data = {**data, **overrides}
+    return load_project(data, root, str(configfile))
+
+
+def load_study(path: Path, settings: dict, root: Path) -> Study:
+    name = path.stem
+    try:
+        shown = str(path.relative_to(root))
+    except ValueError:
+        shown = str(path)
+    data = read_yaml(path)
+    _check_flow_commas(data, shown)
+    raw = validate(data, "study", shown)
+    try:
+        problem = problems.get(raw["problem"])
+    except KeyError as e:
+        raise ConfigError(f"{shown}: problem: {e.args[0]}") from None
+    if raw["dtype"] not in problem.dtypes:
+        raise ConfigError(
+            f"{shown}: dtype: problem '{problem.name}' supports {', '.join(problem.dtypes)}, "
+            f"not {raw['dtype']}"
+        )
+    if raw["baseline"] not in problem.baselines:
+        raise ConfigError(
+            f"{shown}: baseline: problem '{problem.name}' offers "
+            f"{', '.join(problem.baselines)}, not '{raw['baseline']}'"
+        )
+    unknown = set(raw.get("params", {})) - set(problem.default_params)
+    if unknown:
+        raise ConfigError(
+            f"{shown}: params: unknown parameter(s) {', '.join(sorted(unknown))} for problem "
+            f"'{problem.name}' (known: {', '.join(problem.default_params) or 'none'})"
+        )
+    params = {**problem.default_params, **raw.get("params", {})}
+    sizes = expand_sizes(raw["sizes"], problem.size_names, f"{shown}: sizes")
+    headline = None
+    if "headline" in raw:
+        headline = _complete_size(raw["headline"], problem.size_names, f"{shown}: headline")
+        if headline not in sizes:
+            raise ConfigError(f"{shown}: headline {headline} is not one of the study's sizes")
+    timing = {**settings["timing"], **raw.get("timing", {})}
+    sub = schema("config")["properties"]["timing"]
+    try:
+        jsonschema.validate(timing, sub)
+    except jsonschema.ValidationError as e:
+        raise ConfigError(f"{shown}: timing.{_where(e.absolute_path)}: {e.message}") from None
+    if timing["method"] == "graph" and timing["cache"] == "cold":
+        raise ConfigError(f"{shown}: timing.method 'graph' needs timing.cache 'warm'")
+
+    variants, candidates, seen = [], [], set()
+    for i, vraw in enumerate(raw["variants"]):
+        where = f"{shown}: variants[{i}] ({vraw['id']})"
+        if vraw["id"] in seen:
+            raise ConfigError(f"{where}: duplicate id")
+        if CANDIDATE_SEP in vraw["id"]:
+            raise ConfigError(f"{where}: id may not contain '{CANDIDATE_SEP}'")
+        seen.add(vraw["id"])
+        v, cands = _variant(name, vraw, settings, root, problem, params, sizes, where)
+        variants.append(v)
+        candidates.extend(cands)
+    return Study(
+        name=name,
+        path=shown,
+        problem=problem.name,
+        dtype=raw["dtype"],
+        params=params,
+        sizes=tuple(sizes),
+        baseline=raw["baseline"],
+        headline=headline,
+        tolerance=raw.get("tolerance"),
+        timing=timing,
+        variants=tuple(variants),
+        candidates=tuple(candidates),
+        title=raw.get("title", name),
+        question=raw.get("question", ""),
+        references=tuple(raw.get("references", [])),
+    )
+
+
+def _check_flow_commas(data, shown: str) -> None:
+    """`grid: [cdiv(N, BN), ...]` is cut by YAML at the commas; say so instead of 'too long'."""
+    if not isinstance(data, dict) or not isinstance(data.get("variants"), list):
+        return
+    for i, v in enumerate(data["variants"]):
+        if not isinstance(v, dict):
+            continue
+        for key in ("grid", "block", "requires"):
+            items = v.get(key)
+            if isinstance(items, list) and any(
+                isinstance(t, str) and t.count("(") != t.count(")") for t in items
+            ):
+                raise ConfigError(
+                    f"{shown}: variants[{i}] ({v.get('id')}).{key}: {items} looks like expressions "
+                    "cut at their commas; quote each one: [\"cdiv(N, BN)\", \"cdiv(M, BM)\"]"
+                )
+
+
+def expand_sizes(groups: list[dict], names: tuple[str, ...], where: str) -> list[dict[str, int]]:
+    """Expand size groups (lists sweep, several lists multiply, strings derive) in order."""
+    out: list[dict[str, int]] = []
+    for gi, group in enumerate(groups):
+        gwhere = f"{where}[{gi}]"
+        extra = set(group) - set(names)
+        if extra:
+            raise ConfigError(
+                f"{gwhere}: unknown size name(s) {', '.join(sorted(extra))} (this problem has "
+                f"{', '.join(names)})"
+            )
+        fixed = {k: v for k, v in group.items() if not isinstance(v, str)}
+        derived = {k: v for k, v in group.items() if isinstance(v, str)}
+        keys = list(fixed)
+        lists = [v if isinstance(v, list) else [v] for v in fixed.values()]
+        for combo in itertools.product(*lists):
+            out.append(_complete_size({**dict(zip(keys, combo, strict=True)), **derived}, names, gwhere))
+    unique: list[dict[str, int]] = []
+    for s in out:
+        if s not in unique:
+            unique.append(s)
+    return unique
+
+
+def _complete_size(group: dict, names: tuple[str, ...], where: str) -> dict[str, int]:
+    if not isinstance(group, dict):
+        raise ConfigError(f"{where}: expected a mapping of size names")
+    values = {k: v for k, v in group.items() if not isinstance(v, str)}
+    pending = {k: v for k, v in group.items() if isinstance(v, str)}
+    for k, v in values.items():
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ConfigError(f"{where}: {k}: expected a positive integer, got {v!r}")
+    while pending:
+        progress = False
+        for k, text in list(pending.items()):
+            try:
+                used = expr.names(text)
+            except expr.ExprError as e:
+                raise ConfigError(f"{where}: {k}: '{text}': {e}") from None
+            if used <= set(values):
+                try:
+                    values[k] = expr.evaluate_int(text, values)
+                except expr.ExprError as e:
+                    raise ConfigError(f"{where}: {k}: '{text}': {e}") from None
+                if values[k] < 1:
+                    raise ConfigError(f"{where}: {k}: '{text}' gives {values[k]}, not positive")
+                del pending[k]
+                progress = True
+        if not progress:
+            k, text = next(iter(pending.items()))
+            missing = expr.names(text) - set(values)
+            raise ConfigError(f"{where}: {k}: '{text}' uses undefined {', '.join(sorted(missing))}")
+    missing = [n for n in names if n not in values]
+    if missing:
+        raise ConfigError(f"{where}: missing size name(s) {', '.join(missing)}")
+    return {n: values[n] for n in names}
+
+
+def _resolve_defines(raw: dict, point: dict[str, int], where: str) -> dict[str, Any]:
+    out = dict(point)
+    for k, v in raw.items():
+        if k in point:
+            raise ConfigError(f"{where}: defines.{k} is also a tuning parameter")
+        if isinstance(v, str):
+            try:
+                out[k] = expr.evaluate(v, out)
+            except expr.ExprError as e:
+                raise ConfigError(f"{where}: defines.{k}: '{v}': {e}") from None
+        else:
+            out[k] = v
+    return out
+
+
+def _check_exprs(items, allowed: set[str], where: str, key: str) -> None:
+    for i, item in enumerate(items):
+        if isinstance(item, bool | int | float):
+            continue
+        try:
+            used = expr.names(item)
+        except expr.ExprError as e:
+            raise ConfigError(f"{where}: {key}[{i}] '{item}': {e}") from None
+        unknown = used - allowed
+        if unknown:
+            raise ConfigError(
+                f"{where}: {key}[{i}] '{item}': unknown name(s) {', '.join(sorted(unknown))} "
+                f"(known: {', '.join(sorted(allowed))})"
+            )
+
+
+def _variant(study, vraw, settings, root, problem, params, sizes, where):
+    source = vraw.get("source", f"kernels/{study}/{vraw['id']}.cu")
+    if not (root / source).is_file():
+        raise ConfigError(f"{where}: source {source} not found")
+    raw_defines = vraw.get("defines", {})
+    clash = set(raw_defines) & set(problem.size_names)
+    if clash:
+        raise ConfigError(f"{where}: defines {', '.join(sorted(clash))} clash with size names")
+    tune = vraw.get("tune")
+    space = tune["space"] if tune else {}
+    allowed = set(raw_defines) | set(space) | set(problem.size_names)
+    _check_exprs(vraw["grid"], allowed, where, "grid")
+    _check_exprs(vraw["block"], allowed, where, "block")
+    _check_exprs([vraw.get("smem", 0)], allowed, where, "smem")
+    _check_exprs(vraw.get("requires", []), allowed, where, "requires")
+    common = dict(
+        study=study,
+        source=source,
+        entry=vraw["entry"],
+        nvcc_flags=tuple(vraw.get("nvcc_flags", [])),
+        grid=tuple(vraw["grid"]),
+        block=tuple(vraw["block"]),
+        smem=vraw.get("smem", 0),
+        requires=tuple(vraw.get("requires", [])),
+        says=vraw.get("says", ""),
+        predict=dict(vraw.get("predict", {})),
+        expect=vraw.get("expect"),
+    )
+    if not tune:
+        defines = _resolve_defines(raw_defines, {}, where)
+        return Variant(id=vraw["id"], defines=defines, **common), []
+
+    constraints = tune.get("constraints", [])
+    _check_exprs(constraints, set(raw_defines) | set(space), where, "tune.constraints")
+    tune_sizes = tuple(
+        _complete_size(s, problem.size_names, f"{where}: tune.sizes[{i}]")
+        for i, s in enumerate(tune.get("sizes", []))
+    )
+    for s in tune_sizes:
+        if s not in sizes:
+            raise ConfigError(f"{where}: tune.sizes: {s} is not one of the study's sizes")
+    cands = []
+    keys = list(space)
+    for combo in itertools.product(*space.values()):
+        point = dict(zip(keys, combo, strict=True))
+        defines = _resolve_defines(raw_defines, point, where)
+        try:
+            ok = all(expr.evaluate(c, defines) for c in constraints)
+        except expr.ExprError as e:
+            raise ConfigError(f"{where}: tune.constraints at {point}: {e}") from None
+        if not ok:
+            continue
+        cid = vraw["id"] + CANDIDATE_SEP + "_".join(f"{k}{v}" for k, v in point.items())
+        cands.append(
+            Variant(
+                id=cid, defines=defines, tuned_from=vraw["id"], tune_point=point,
+                tune_sizes=tune_sizes, **common,
+            )
+        )
+    if not cands:
+        raise ConfigError(f"{where}: tune: no point of the space satisfies the constraints")
+    first = cands[0]
+    parent = Variant(
+        id=vraw["id"], defines=first.defines, candidates=tuple(c.id for c in cands),
+        tune_sizes=tune_sizes, **common,
+    )
+    return parent, cands

@@ -1,0 +1,106 @@
+"""The device table: NVML and CUDA facts, theoretical peaks, and measured ceilings."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from kernelbook import gpu
+from kernelbook.timing import Timer
+
+# FP32 lanes per SM and dense BF16 tensor FLOP per clock per SM, by compute capability.
+# Hopper (9.0): 128 FP32 lanes; 1024 dense BF16 FMA per clock per SM in its tensor cores.
+FP32_LANES = {(7, 0): 64, (8, 0): 64, (8, 6): 128, (8, 9): 128, (9, 0): 128}
+BF16_FLOP_PER_CLOCK = {(8, 0): 2048, (9, 0): 4096}
+
+COPY_BYTES = 2 * 1024**3
+GEMM_N = 8192
+
+
+def measure_device(project, slot_uuid: str, log: Callable[[str], None] = print) -> list[dict]:
+    import cupy as cp
+    import torch
+
+    facts = gpu.device_facts(slot_uuid)
+    props = cp.cuda.runtime.getDeviceProperties(0)
+    cc = (int(props["major"]), int(props["minor"]))
+    rt = cp.cuda.runtime.runtimeGetVersion()
+    prov = {
+        "gpu_name": facts["gpu_name"],
+        "gpu_uuid": facts["gpu_uuid"],
+        "driver_version": facts["driver_version"],
+        "cuda_version": f"{rt // 1000}.{(rt % 1000) // 10}",
+        **{k: v for k, v in gpu.host_provenance(project.root).items() if k != "kernelbook_version"},
+    }
+    rows: list[dict] = []
+
+    def add(quantity, value, unit, kind, method):
+        rows.append({**prov, "quantity": quantity, "value": float(value), "unit": unit,
+                     "kind": kind, "method": method, "measured_at": gpu.now()})
+        log(f"{quantity}: {value:g} {unit} ({kind})")
+
+    sms = int(props["multiProcessorCount"])
+    add("sm_count", sms, "count", "fact", "cudaDeviceProp.multiProcessorCount")
+    add("compute_capability", cc[0] + cc[1] / 10, "", "fact", "cudaDeviceProp.major.minor")
+    add("l2_bytes", props["l2CacheSize"], "B", "fact", "cudaDeviceProp.l2CacheSize")
+    add("smem_per_block_optin_bytes", props["sharedMemPerBlockOptin"], "B", "fact",
+        "cudaDeviceProp.sharedMemPerBlockOptin")
+    add("smem_per_sm_bytes", props["sharedMemPerMultiprocessor"], "B", "fact",
+        "cudaDeviceProp.sharedMemPerMultiprocessor")
+    add("registers_per_sm", props["regsPerMultiprocessor"], "count", "fact",
+        "cudaDeviceProp.regsPerMultiprocessor")
+    add("memory_total_bytes", facts["memory_total_bytes"], "B", "fact", "nvmlDeviceGetMemoryInfo")
+    add("sm_clock_max_mhz", facts["sm_clock_max_mhz"], "MHz", "fact", "nvmlDeviceGetMaxClockInfo(SM)")
+    add("mem_clock_max_mhz", facts["mem_clock_max_mhz"], "MHz", "fact", "nvmlDeviceGetMaxClockInfo(MEM)")
+    add("memory_bus_width_bits", facts["memory_bus_width_bits"], "bit", "fact",
+        "nvmlDeviceGetMemoryBusWidth")
+    add("power_limit_w", facts["power_limit_w"], "W", "fact", "nvmlDeviceGetEnforcedPowerLimit")
+    clock_hz = facts["sm_clock_max_mhz"] * 1e6
+    if cc in FP32_LANES:
+        add("fp32_peak_tflops", sms * FP32_LANES[cc] * 2 * clock_hz / 1e12, "TFLOP/s",
+            "theoretical", f"SMs x {FP32_LANES[cc]} FP32 lanes x 2 (FMA) x max SM clock")
+    if cc in BF16_FLOP_PER_CLOCK:
+        add("bf16_tensor_peak_tflops", sms * BF16_FLOP_PER_CLOCK[cc] * clock_hz / 1e12, "TFLOP/s",
+            "theoretical", f"SMs x {BF16_FLOP_PER_CLOCK[cc]} dense BF16 FLOP/clock x max SM clock")
+    add("dram_peak_gbps", facts["mem_clock_max_mhz"] * 1e6 * facts["memory_bus_width_bits"] * 2 / 8 / 1e9,
+        "GB/s", "theoretical", "max memory clock x bus width x 2 (double data rate)")
+
+    policy = {**project.settings["timing"], "cache": "warm", "method": "events"}
+    torch_stream = torch.cuda.Stream()
+    stream = cp.cuda.ExternalStream(torch_stream.cuda_stream)
+    timer = Timer(policy, int(props["l2CacheSize"]), stream, torch_stream)
+    with stream, torch.cuda.stream(torch_stream):
+        src = cp.random.default_rng(project.settings["seed"]).standard_normal(COPY_BYTES // 4, dtype=cp.float32)
+        dst = cp.empty_like(src)
+
+        def copy():
+            cp.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, COPY_BYTES,
+                                        cp.cuda.runtime.memcpyDeviceToDevice, stream.ptr)
+
+        t = timer.measure({"copy": copy}, "device copy")["copy"].median
+        add("copy_gbps", 2 * COPY_BYTES / (t * 1e-3) / 1e9, "GB/s", "measured",
+            f"cudaMemcpyAsync device-to-device of {COPY_BYTES} B, bytes read + written over "
+            "the event-timed median")
+        del src, dst
+        cp.get_default_memory_pool().free_all_blocks()
+
+        torch.backends.cuda.matmul.allow_tf32 = False
+        gen = torch.Generator(device="cuda").manual_seed(int(project.settings["seed"]))
+        for dtype, name, mode in ((torch.float32, "cublas_fp32_tflops", "FP32, TF32 off"),
+                                  (torch.bfloat16, "cublas_bf16_tflops", "BF16, FP32 accumulate")):
+            a = torch.randn(GEMM_N, GEMM_N, device="cuda", dtype=dtype, generator=gen)
+            b = torch.randn(GEMM_N, GEMM_N, device="cuda", dtype=dtype, generator=gen)
+            c = torch.empty(GEMM_N, GEMM_N, device="cuda", dtype=dtype)
+            t = timer.measure({name: lambda a=a, b=b, c=c: torch.matmul(a, b, out=c)}, name)[name].median
+            add(name, 2 * GEMM_N**3 / (t * 1e-3) / 1e12, "TFLOP/s", "measured",
+                f"torch.matmul {GEMM_N}^3 random normal, {mode}, event-timed median")
+            del a, b, c
+        torch.cuda.empty_cache()
+    return rows
+
+
+def write_device_table(project, out: Path, slot_uuid: str) -> None:
+    from kernelbook import tables
+
+    tables.write(measure_device(project, slot_uuid, lambda s: print(s, file=sys.stderr)), out, "device")

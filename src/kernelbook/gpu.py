@@ -1,0 +1,265 @@
+"""NVML: is there a GPU, which one a job gets, what state it is in while we measure."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import kernelbook
+
+LOCK_DIR = Path(os.environ.get("KERNELBOOK_LOCK_DIR", "/tmp/kernelbook-gpu-locks"))
+
+# NVML clock-event ("throttle") reason bits. Idle and the application-clock setting say
+# nothing about the measurement; the others mean the clocks were held down.
+_REASONS = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}
+_BENIGN = 0x1 | 0x2 | 0x100
+_THROTTLING = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+
+
+def reason_names(mask: int) -> list[str]:
+    return [name for bit, name in _REASONS.items() if mask & bit]
+
+
+def slug(name: str) -> str:
+    """'NVIDIA H200' -> 'nvidia-h200': the <gpu> part of every results path."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    names: tuple[str, ...]
+    uuids: tuple[str, ...]
+    driver: str
+
+    @property
+    def count(self) -> int:
+        return len(self.uuids)
+
+    @property
+    def slug(self) -> str:
+        return slug(self.names[0])
+
+
+def _nvml():
+    import pynvml
+
+    pynvml.nvmlInit()
+    return pynvml
+
+
+def _text(v) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def detect() -> tuple[GpuInfo | None, str]:
+    """The CUDA devices this process may use, or None and the reason there are none."""
+    try:
+        nv = _nvml()
+    except Exception as e:  # NVMLError_LibraryNotFound, DriverNotLoaded, ImportError ...
+        return None, f"NVML unavailable ({type(e).__name__}: {e})".replace(" ()", "")
+    try:
+        handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(nv.nvmlDeviceGetCount())]
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        uuids = [_text(nv.nvmlDeviceGetUUID(h)) for h in handles]
+        names = [_text(nv.nvmlDeviceGetName(h)) for h in handles]
+        if visible is not None:
+            keep = []
+            for tok in filter(None, (t.strip() for t in visible.split(","))):
+                if tok.isdigit() and int(tok) < len(uuids):
+                    keep.append(int(tok))
+                else:
+                    keep += [i for i, u in enumerate(uuids) if u.startswith(tok)]
+            uuids = [uuids[i] for i in keep]
+            names = [names[i] for i in keep]
+        if not uuids:
+            return None, "NVML found no CUDA device" + (
+                f" among CUDA_VISIBLE_DEVICES={visible}" if visible is not None else ""
+            )
+        if len(set(names)) > 1:
+            return None, (
+                f"GPUs of different models are visible ({', '.join(sorted(set(names)))}); "
+                "set CUDA_VISIBLE_DEVICES to GPUs of one model"
+            )
+        return GpuInfo(tuple(names), tuple(uuids), _text(nv.nvmlSystemGetDriverVersion())), ""
+    finally:
+        nv.nvmlShutdown()
+
+
+class NoGpu(RuntimeError):
+    """No CUDA device can be had for a job that needs one."""
+
+
+@dataclass
+class Slot:
+    uuid: str
+    index: int
+    lock: object  # open file holding the lock until the process ends
+
+
+def acquire_slot(wait_s: float = 3600.0) -> Slot:
+    """Take a GPU no other kernelbook job holds, and make it this process's only device.
+
+    Snakemake never sets CUDA_VISIBLE_DEVICES; with --resources gpu=N it only limits how many
+    GPU jobs run at once. Each job takes an exclusive lock on one GPU's UUID, so concurrent
+    jobs land on distinct GPUs. Must run before CUDA is initialised in this process.
+    """
+    info, why = detect()
+    if info is None:
+        raise NoGpu(f"no GPU to run on: {why}")
+    LOCK_DIR.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + wait_s
+    while True:
+        for i, uuid in enumerate(info.uuids):
+            f = open(LOCK_DIR / f"{uuid}.lock", "a+")  # noqa: SIM115 - held for the process
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                f.close()
+                continue
+            f.seek(0)
+            f.truncate()
+            f.write(f"{os.getpid()} {' '.join(sys.argv)}\n")
+            f.flush()
+            os.environ["CUDA_VISIBLE_DEVICES"] = uuid
+            return Slot(uuid, i, f)
+        if time.monotonic() > deadline:
+            raise NoGpu(f"every visible GPU stayed locked for {wait_s:.0f} s ({LOCK_DIR})")
+        time.sleep(0.2)
+
+
+class Sampler:
+    """Samples one GPU's clocks, temperature, power and throttle reasons in a thread."""
+
+    def __init__(self, uuid: str, period_s: float = 0.02):
+        self.nv = _nvml()
+        self.handle = self.nv.nvmlDeviceGetHandleByUUID(uuid.encode() if isinstance(uuid, str) else uuid)
+        self.period = period_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.samples: list[tuple[float, float, float, float, int]] = []
+
+    def _read(self):
+        nv, h = self.nv, self.handle
+        sm = nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)
+        mem = nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM)
+        temp = nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)
+        power = nv.nvmlDeviceGetPowerUsage(h) / 1000.0
+        get_reasons = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or (
+            nv.nvmlDeviceGetCurrentClocksThrottleReasons
+        )
+        return (float(sm), float(mem), float(temp), float(power), int(get_reasons(h)))
+
+    def _run(self):
+        while not self._stop.is_set():
+            self.samples.append(self._read())
+            self._stop.wait(self.period)
+
+    def __enter__(self):
+        self.samples = [self._read()]
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if self._thread:
+            self._thread.join()
+        self.samples.append(self._read())
+
+    def summary(self) -> dict:
+        import statistics
+
+        sm = [s[0] for s in self.samples]
+        mask = 0
+        for s in self.samples:
+            mask |= s[4]
+        mask &= ~_BENIGN
+        return {
+            "sm_clock_mhz": statistics.median(sm),
+            "sm_clock_min_mhz": min(sm),
+            "mem_clock_mhz": statistics.median(s[1] for s in self.samples),
+            "temperature_c": max(s[2] for s in self.samples),
+            "power_w": statistics.fmean(s[3] for s in self.samples),
+            "throttle_reasons": "|".join(reason_names(mask)),
+            "throttled": bool(mask & _THROTTLING),
+        }
+
+    def close(self):
+        self.nv.nvmlShutdown()
+
+
+def device_facts(uuid: str) -> dict:
+    """What NVML says about one GPU: name, driver, clocks, memory, power limit, bus."""
+    nv = _nvml()
+    try:
+        h = nv.nvmlDeviceGetHandleByUUID(uuid.encode())
+        facts = {
+            "gpu_name": _text(nv.nvmlDeviceGetName(h)),
+            "gpu_uuid": _text(nv.nvmlDeviceGetUUID(h)),
+            "driver_version": _text(nv.nvmlSystemGetDriverVersion()),
+            "cuda_driver_version": _cuda_version_text(nv.nvmlSystemGetCudaDriverVersion_v2()),
+            "sm_clock_max_mhz": nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM),
+            "mem_clock_max_mhz": nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_MEM),
+            "memory_total_bytes": nv.nvmlDeviceGetMemoryInfo(h).total,
+            "power_limit_w": nv.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0,
+            "memory_bus_width_bits": nv.nvmlDeviceGetMemoryBusWidth(h),
+            "pci_bus_id": _text(nv.nvmlDeviceGetPciInfo(h).busId),
+        }
+        return facts
+    finally:
+        nv.nvmlShutdown()
+
+
+def _cuda_version_text(v: int) -> str:
+    return f"{v // 1000}.{(v % 1000) // 10}"
+
+
+def git_commit(root: Path) -> str:
+    """The commit measured: git if the tree has one, else KERNELBOOK_GIT_COMMIT."""
+    env = os.environ.get("KERNELBOOK_GIT_COMMIT")
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
+        )
+        if out.returncode == 0:
+            commit = out.stdout.strip()
+            dirty = subprocess.run(
+                ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                capture_output=True, text=True, timeout=10,
+            ).stdout.strip()
+            return commit + ("-dirty" if dirty else "")
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    return env or "unknown"
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def host_provenance(root: Path) -> dict:
+    return {
+        "git_commit": git_commit(root),
+        "hostname": socket.gethostname(),
+        "kernelbook_version": kernelbook.__version__,
+    }

@@ -1,0 +1,105 @@
+"""The Parquet tables: schemas from workflow/schemas/tables.yaml, atomic writes, gather."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from functools import cache
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from kernelbook.config import SCHEMA_DIR, ConfigError, read_yaml
+
+_TYPES = {
+    "string": pa.string(),
+    "int64": pa.int64(),
+    "float64": pa.float64(),
+    "bool": pa.bool_(),
+    "timestamp": pa.timestamp("us", tz="UTC"),
+}
+
+
+class TableError(ValueError):
+    """Rows that do not fit their table's schema (a harness bug, not a user error)."""
+
+
+@cache
+def definitions() -> dict:
+    try:
+        return read_yaml(SCHEMA_DIR / "tables.yaml")
+    except ConfigError as e:
+        raise TableError(str(e)) from None
+
+
+def schema(table: str, size_names: tuple[str, ...] = ()) -> pa.Schema:
+    defs = definitions()
+    if table not in defs:
+        raise TableError(f"no table '{table}' in tables.yaml")
+    fields = []
+    for name, col in defs[table]["columns"].items():
+        nullable = bool(col.get("nullable", False))
+        if col.get("size"):
+            fields += [pa.field(n, _TYPES[col["type"]], nullable=False) for n in size_names]
+        else:
+            fields.append(pa.field(name, _TYPES[col["type"]], nullable=nullable))
+    return pa.schema(fields)
+
+
+def to_arrow(rows: list[dict] | pd.DataFrame, table: str, size_names=()) -> pa.Table:
+    sch = schema(table, tuple(size_names))
+    df = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
+    missing = [f.name for f in sch if f.name not in df.columns]
+    extra = [c for c in df.columns if c not in sch.names]
+    if missing or extra:
+        raise TableError(f"table {table}: missing columns {missing}, unknown columns {extra}")
+    df = df[sch.names]
+    for f in sch:
+        if not f.nullable and df[f.name].isna().any():
+            raise TableError(f"table {table}: column {f.name} has empty values")
+    for f in sch:
+        if pa.types.is_timestamp(f.type):
+            df = df.assign(**{f.name: pd.to_datetime(df[f.name], utc=True)})
+    return pa.Table.from_pandas(df, schema=sch, preserve_index=False)
+
+
+def write(rows, path: str | Path, table: str, size_names=(), metadata: dict | None = None) -> None:
+    """Write rows as Parquet, atomically: a reader never sees a half-written file."""
+    tbl = to_arrow(rows, table, size_names)
+    meta = {b"kernelbook.table": table.encode(), b"kernelbook.sizes": json.dumps(list(size_names)).encode()}
+    for k, v in (metadata or {}).items():
+        meta[f"kernelbook.{k}".encode()] = json.dumps(v).encode()
+    tbl = tbl.replace_schema_metadata({**(tbl.schema.metadata or {}), **meta})
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    try:
+        pq.write_table(tbl, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read(path: str | Path) -> pd.DataFrame:
+    return pq.read_table(path).to_pandas()
+
+
+def table_sizes(path: str | Path) -> tuple[str, ...]:
+    meta = pq.read_schema(path).metadata or {}
+    return tuple(json.loads(meta.get(b"kernelbook.sizes", b"[]")))
+
+
+def gather(inputs: list[str | Path], out: str | Path, table: str) -> pd.DataFrame:
+    """Concatenate per-job tables of one kind into one file (empty inputs are fine)."""
+    frames, sizes = [], ()
+    for p in inputs:
+        frames.append(read(p))
+        sizes = table_sizes(p) or sizes
+    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=schema(table, sizes).names)
+    write(df, out, table, sizes)
+    return df

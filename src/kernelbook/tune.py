@@ -1,0 +1,36 @@
+"""The autotuning reduce step: the best candidate per size becomes the tuned variant's row."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+
+def select(candidates: pd.DataFrame, tuned: str) -> pd.DataFrame:
+    """All candidate rows, plus one ``tuned`` row per size: the fastest correct candidate.
+
+    The winner's row is its own measurement (not re-timed), so with many candidates the
+    pick leans slightly to the luckiest; the stopping rule keeps that within ~rse_median.
+    """
+    rows = [candidates]
+    for _, group in candidates.groupby("size", sort=False):
+        ok = group[group["status"] == "ok"]
+        if len(ok):
+            best = ok.loc[ok["median_ms"].idxmin()].copy()
+            best["variant"] = tuned
+            best["variant_kind"] = "tuned"
+            best["tuned_from"] = tuned
+        else:
+            best = group.iloc[0].copy()
+            reasons = sorted(set(group["reason"].dropna()))
+            for col in best.index:
+                if col.endswith(("_ms", "tflops", "gbps", "_err")) or col in (
+                    "rel_std", "rse_median", "n_samples", "pct_of_baseline", "baseline_n_samples",
+                ):
+                    best[col] = None
+            best["variant"], best["variant_kind"], best["tuned_from"] = tuned, "tuned", tuned
+            best["status"] = "skipped"
+            best["reason"] = "no candidate ran: " + "; ".join(reasons)[:2000]
+            best["tune_point"] = None
+            best["correct"] = None
+        rows.append(best.to_frame().T)
+    return pd.concat(rows, ignore_index=True)

@@ -1,0 +1,73 @@
+# Bench stage (GPU): check every size against the reference, then time it beside the
+# baseline; autotuning candidates reduce to their tuned variant; one table per study.
+
+
+rule bench:
+    input:
+        cubin=f"{R}/build/{{study}}/{{variant}}/kernel.cubin",
+        build=f"{R}/build/{{study}}/{{variant}}/build.parquet",
+    output:
+        f"{R}/{{gpu}}/{{study}}/bench/{{variant}}.parquet",
+    params:
+        spec=variant_spec,
+        settings=settings_arg,
+        tolerate=tolerate_flag,
+        py=PY,
+    resources:
+        gpu=1,
+    log:
+        f"{R}/logs/{{study}}/bench/{{gpu}}/{{variant}}.log",
+    conda:
+        "../envs/kernelbook.yaml"
+    shell:
+        "{params.py} -m kernelbook --settings {params.settings} bench {wildcards.study} "
+        "{wildcards.variant} --cubin {input.cubin} --build-table {input.build} --out {output} "
+        "{params.tolerate} > {log} 2>&1"
+
+
+rule select_tuned:
+    input:
+        candidate_files,
+    output:
+        f"{R}/{{gpu}}/{{study}}/tuned/{{variant}}.parquet",
+    params:
+        settings=settings_arg,
+        py=PY,
+    log:
+        f"{R}/logs/{{study}}/select/{{gpu}}/{{variant}}.log",
+    conda:
+        "../envs/kernelbook.yaml"
+    shell:
+        "{params.py} -m kernelbook --settings {params.settings} select {wildcards.study} "
+        "{wildcards.variant} --out {output} {input} > {log} 2>&1"
+
+
+rule measurements:
+    input:
+        bench_files,
+    output:
+        f"{R}/{{gpu}}/{{study}}/measurements.parquet",
+    params:
+        py=PY,
+    log:
+        f"{R}/logs/{{study}}/measurements/{{gpu}}.log",
+    conda:
+        "../envs/kernelbook.yaml"
+    shell:
+        "{params.py} -m kernelbook gather measurements {output} {input} > {log} 2>&1"
+
+
+rule device:
+    output:
+        f"{R}/{{gpu}}/device.parquet",
+    params:
+        settings=lambda w: shlex.quote(json.dumps({**SETTINGS, "studies": []})),
+        py=PY,
+    resources:
+        gpu=1,
+    log:
+        f"{R}/logs/device/{{gpu}}.log",
+    conda:
+        "../envs/kernelbook.yaml"
+    shell:
+        "{params.py} -m kernelbook --settings {params.settings} device --out {output} > {log} 2>&1"

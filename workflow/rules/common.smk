@@ -1,0 +1,98 @@
+# Shared by every stage: the resolved project, the GPU this machine has, and the input
+# functions that turn a study's variants into jobs.
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(workflow.basedir) / "src"))
+
+from kernelbook import config as kb_config  # noqa: E402
+from kernelbook import gpu as kb_gpu  # noqa: E402
+
+PROJECT = kb_config.load_project(config, root=workflow.basedir, source="config")
+SETTINGS = PROJECT.settings
+R = SETTINGS["results"]
+PY = sys.executable
+
+if SETTINGS["gpu"] == "none":
+    GPU, NO_GPU_WHY = None, "config says gpu: none"
+else:
+    GPU, NO_GPU_WHY = kb_gpu.detect()
+GPU_SLUG = GPU.slug if GPU else "none"
+
+if GPU is None:
+    print(
+        f"kernelbook: no GPU here ({NO_GPU_WHY}): compiling only; bench and device tables "
+        f"skipped for {', '.join(PROJECT.studies)}",
+        file=sys.stderr,
+    )
+
+
+wildcard_constraints:
+    study=r"[a-z][a-z0-9_]*",
+    variant=r"[A-Za-z0-9][A-Za-z0-9_]*",
+    gpu=r"[a-z0-9-]+",
+
+
+def study_of(wildcards):
+    return PROJECT.study(wildcards.study)
+
+
+def variant_of(wildcards):
+    return study_of(wildcards).variant(wildcards.variant)
+
+
+def variant_source(wildcards):
+    return variant_of(wildcards).source
+
+
+def variant_spec(wildcards):
+    """The resolved config entry: a change reruns this variant's jobs, and only those."""
+    return json.dumps(variant_of(wildcards).spec(), sort_keys=True)
+
+
+def settings_arg(wildcards):
+    """Global settings for one study's jobs, passed to the CLI as JSON."""
+    return shlex.quote(json.dumps({**SETTINGS, "studies": [wildcards.study]}, sort_keys=True))
+
+
+def job_ids(study):
+    return [v.id for v in PROJECT.study(study).jobs()]
+
+
+def build_files(kind):
+    def inputs(wildcards):
+        return [f"{R}/build/{wildcards.study}/{v}/{kind}.parquet" for v in job_ids(wildcards.study)]
+
+    return inputs
+
+
+def bench_files(wildcards):
+    """Per-job measurement tables of a study: plain variants, and tuned variants' picks."""
+    study = study_of(wildcards)
+    out = []
+    for v in study.variants:
+        sub = "tuned" if v.is_tuned else "bench"
+        out.append(f"{R}/{wildcards.gpu}/{wildcards.study}/{sub}/{v.id}.parquet")
+    return out
+
+
+def candidate_files(wildcards):
+    v = variant_of(wildcards)
+    return [f"{R}/{wildcards.gpu}/{wildcards.study}/bench/{c}.parquet" for c in v.candidates]
+
+
+def tolerate_flag(wildcards):
+    return "--tolerate-failure" if variant_of(wildcards).tuned_from else ""
+
+
+def all_targets():
+    targets = []
+    for name in PROJECT.studies:
+        targets += [f"{R}/build/{name}/build.parquet", f"{R}/build/{name}/sass.parquet"]
+        if GPU:
+            base = f"{R}/{GPU_SLUG}/{name}"
+            targets += [f"{base}/measurements.parquet", f"{R}/{GPU_SLUG}/device.parquet"]
+    return targets
