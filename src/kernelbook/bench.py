@@ -101,7 +101,8 @@ class Bench:
         if launch.smem > 48 * 1024:
             try:
                 cp.cuda.driver.funcSetAttribute(
-                    kernel.ptr, cp.cuda.driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    kernel.ptr,
+                    cp.cuda.driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                     launch.smem,
                 )
             except Exception as e:
@@ -123,7 +124,9 @@ class Bench:
         """One launch on fresh inputs, checked; returns (case, run, launch, CheckResult)."""
         where = self.where(variant, sizes)
         tol = self.study.tolerance or self.problem.tolerance(sizes, self.study.dtype)
-        case = self.problem.setup(sizes, self.study.dtype, self.study.params, self.project.settings["seed"])
+        case = self.problem.setup(
+            sizes, self.study.dtype, self.study.params, self.project.settings["seed"]
+        )
         run, launch = self.launcher(kernel, variant, sizes, case)
         try:
             case.reset()
@@ -179,8 +182,13 @@ def bench_variant(
 
     def blank(s, status, reason):
         return {
-            **static, **s, "size": problem.label(s), "status": status, "reason": reason,
-            "flop": problem.flops(s), "bytes_min": problem.min_bytes(s, study.dtype),
+            **static,
+            **s,
+            "size": problem.label(s),
+            "status": status,
+            "reason": reason,
+            "flop": problem.flops(s),
+            "bytes_min": problem.min_bytes(s, study.dtype),
             "tolerance": study.tolerance or problem.tolerance(s, study.dtype),
             "measured_at": gpu.now(),
         }
@@ -232,16 +240,35 @@ def _time_size(b: Bench, kernel, variant, s, checked, blank) -> dict:
     flop, nbytes = problem.flops(s), problem.min_bytes(s, study.dtype)
     row = blank(s, "ok", None)
     row.update(
-        median_ms=v.median, q1_ms=v.q1, q3_ms=v.q3, min_ms=v.min, max_ms=v.max, mean_ms=v.mean,
-        rel_std=v.rel_std, rse_median=v.rse_median, n_samples=v.n, converged=v.converged and bl.converged,
-        tflops=flop / (v.median * 1e-3) / 1e12, gbps=nbytes / (v.median * 1e-3) / 1e9,
-        baseline_mode=base.mode, baseline_median_ms=bl.median, baseline_q1_ms=bl.q1,
-        baseline_q3_ms=bl.q3, baseline_n_samples=bl.n,
+        median_ms=v.median,
+        q1_ms=v.q1,
+        q3_ms=v.q3,
+        min_ms=v.min,
+        max_ms=v.max,
+        mean_ms=v.mean,
+        rel_std=v.rel_std,
+        rse_median=v.rse_median,
+        n_samples=v.n,
+        converged=v.converged and bl.converged,
+        tflops=flop / (v.median * 1e-3) / 1e12,
+        gbps=nbytes / (v.median * 1e-3) / 1e9,
+        baseline_mode=base.mode,
+        baseline_median_ms=bl.median,
+        baseline_q1_ms=bl.q1,
+        baseline_q3_ms=bl.q3,
+        baseline_n_samples=bl.n,
         baseline_tflops=flop / (bl.median * 1e-3) / 1e12,
-        baseline_gbps=nbytes / (bl.median * 1e-3) / 1e9, baseline_rel_err=base.rel_err,
-        pct_of_baseline=100.0 * bl.median / v.median, correct=True, rel_err=result.rel_err,
-        max_err=result.max_err, grid=_dims(launch.grid), block=_dims(launch.block),
-        smem_dynamic_bytes=launch.smem, measured_at=gpu.now(), **env,
+        baseline_gbps=nbytes / (bl.median * 1e-3) / 1e9,
+        baseline_rel_err=base.rel_err,
+        pct_of_baseline=100.0 * bl.median / v.median,
+        correct=True,
+        rel_err=result.rel_err,
+        max_err=result.max_err,
+        grid=_dims(launch.grid),
+        block=_dims(launch.block),
+        smem_dynamic_bytes=launch.smem,
+        measured_at=gpu.now(),
+        **env,
     )
     flag = " THROTTLED " + env["throttle_reasons"] if env["throttled"] else ""
     b.log(

@@ -31,9 +31,7 @@ class Resources:
 
 
 _ENTRY = re.compile(r"Compiling entry function '([^']+)' for '([^']+)'")
-_FRAME = re.compile(
-    r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads"
-)
+_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _USED = re.compile(r"Used (\d+) registers")
 _BARRIERS = re.compile(r"used (\d+) barriers")
 _SMEM = re.compile(r"(\d+) bytes smem")
@@ -56,8 +54,12 @@ def parse_ptxas(log: str) -> dict[str, Resources]:
             close()
             current = m.group(1)
             fields = {
-                "barriers": 0, "smem_static_bytes": 0, "stack_bytes": 0,
-                "spill_store_bytes": 0, "spill_load_bytes": 0, "cmem0_bytes": None,
+                "barriers": 0,
+                "smem_static_bytes": 0,
+                "stack_bytes": 0,
+                "spill_store_bytes": 0,
+                "spill_load_bytes": 0,
+                "cmem0_bytes": None,
             }
             continue
         if current is None:
@@ -70,8 +72,11 @@ def parse_ptxas(log: str) -> dict[str, Resources]:
         m = _USED.search(line)
         if m:
             fields["registers"] = int(m.group(1))
-            for rx, key in ((_BARRIERS, "barriers"), (_SMEM, "smem_static_bytes"),
-                            (_CMEM0, "cmem0_bytes")):
+            for rx, key in (
+                (_BARRIERS, "barriers"),
+                (_SMEM, "smem_static_bytes"),
+                (_CMEM0, "cmem0_bytes"),
+            ):
                 mm = rx.search(line)
                 if mm:
                     fields[key] = int(mm.group(1))
@@ -84,7 +89,7 @@ _SASS_INSN = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A
 
 
 def parse_sass(text: str) -> dict[str, Counter]:
-    """cuobjdump -sass output into an opcode histogram per function (full mnemonic, e.g. LDS.128)."""
+    """cuobjdump -sass output into opcode counts per function (full mnemonics: LDS.128)."""
     out: dict[str, Counter] = {}
     current = None
     for line in text.splitlines():
@@ -137,7 +142,9 @@ def tool_env() -> dict[str, str]:
 
 def nvcc_version() -> str:
     try:
-        text = subprocess.run(["nvcc", "--version"], capture_output=True, text=True, check=True).stdout
+        text = subprocess.run(
+            ["nvcc", "--version"], capture_output=True, text=True, check=True
+        ).stdout
     except (OSError, subprocess.CalledProcessError) as e:
         raise CompileError(f"nvcc is not usable: {e}") from None
     m = re.search(r"release [\d.]+, V([\d.]+)", text)
@@ -153,10 +160,22 @@ def define_flags(defines: dict) -> list[str]:
     return [f"-D{k}={v}" for k, v in defines.items()]
 
 
-def nvcc_command(variant: Variant, arch: str, flags: list[str], source: Path, out: Path) -> list[str]:
+def nvcc_command(
+    variant: Variant, arch: str, flags: list[str], source: Path, out: Path
+) -> list[str]:
     return [
-        "nvcc", "-cubin", *gencode(arch), *flags, *variant.nvcc_flags, "-Xptxas", "-v",
-        f"-I{source.parent}", *define_flags(variant.defines), "-o", str(out), str(source),
+        "nvcc",
+        "-cubin",
+        *gencode(arch),
+        *flags,
+        *variant.nvcc_flags,
+        "-Xptxas",
+        "-v",
+        f"-I{source.parent}",
+        *define_flags(variant.defines),
+        "-o",
+        str(out),
+        str(source),
     ]
 
 
@@ -173,7 +192,9 @@ class BuildResult:
     nvcc_version: str
 
 
-def compile_variant(variant: Variant, arch: str, flags: list[str], root: Path, cubin: Path) -> BuildResult:
+def compile_variant(
+    variant: Variant, arch: str, flags: list[str], root: Path, cubin: Path
+) -> BuildResult:
     source = Path(root) / variant.source
     if not source.is_file():
         raise CompileError(f"{variant.study}/{variant.id}: source {variant.source} not found")
@@ -195,13 +216,15 @@ def compile_variant(variant: Variant, arch: str, flags: list[str], root: Path, c
         found = ", ".join(resources) or "none"
         raise CompileError(
             f"{variant.study}/{variant.id}: entry '{variant.entry}' is not a kernel in "
-            f"{variant.source} (kernels found: {found}; is it extern \"C\" __global__?)"
+            f'{variant.source} (kernels found: {found}; is it extern "C" __global__?)'
         )
     dump = subprocess.run(
         [tool("cuobjdump"), "-sass", str(tmp)], capture_output=True, text=True, env=tool_env()
     )
     if dump.returncode != 0:
-        raise CompileError(f"{variant.study}/{variant.id}: cuobjdump -sass failed: {dump.stderr.strip()}")
+        raise CompileError(
+            f"{variant.study}/{variant.id}: cuobjdump -sass failed: {dump.stderr.strip()}"
+        )
     sass = parse_sass(dump.stdout).get(variant.entry, Counter())
     os.replace(tmp, cubin)
     return BuildResult(resources[variant.entry], sass, log, cmd, nvcc_version())

@@ -1,11 +1,11 @@
 """kernelbook's command line: the rules call it, and it is the quick loop outside the DAG.
 
-    kernelbook list [STUDY]                      studies, variants, sizes
-    kernelbook compile STUDY VARIANT ...         nvcc + resource report + SASS histogram
-    kernelbook bench STUDY VARIANT [--size S]    check, then time beside the baseline
-    kernelbook device --out FILE                 NVML facts and measured ceilings
-    kernelbook gather TABLE OUT IN...            concatenate per-job tables
-    kernelbook select STUDY VARIANT --out F IN.. autotuning reduce
+kernelbook list [STUDY]                      studies, variants, sizes
+kernelbook compile STUDY VARIANT ...         nvcc + resource report + SASS histogram
+kernelbook bench STUDY VARIANT [--size S]    check, then time beside the baseline
+kernelbook device --out FILE                 NVML facts and measured ceilings
+kernelbook gather TABLE OUT IN...            concatenate per-job tables
+kernelbook select STUDY VARIANT --out F IN.. autotuning reduce
 """
 
 from __future__ import annotations
@@ -48,8 +48,10 @@ def cmd_list(args) -> int:
     for name in names:
         s = project.study(name)
         p = problems.get(s.problem)
-        print(f"{name}: {s.problem} {s.dtype}, baseline {s.baseline}, {len(s.sizes)} sizes: "
-              + ", ".join(p.label(z) for z in s.sizes))
+        print(
+            f"{name}: {s.problem} {s.dtype}, baseline {s.baseline}, {len(s.sizes)} sizes: "
+            + ", ".join(p.label(z) for z in s.sizes)
+        )
         for v in s.variants:
             extra = f"  [{len(v.candidates)} candidates]" if v.is_tuned else ""
             print(f"  {v.id:28s} {v.entry:28s} {v.says}{extra}")
@@ -65,26 +67,48 @@ def cmd_compile(args) -> int:
     res = build.compile_variant(variant, s["arch"], flags, project.root, Path(args.cubin))
     r = res.resources
     row = {
-        "study": study.name, "variant": variant.id, "tuned_from": variant.tuned_from,
-        "entry": variant.entry, "source": variant.source, "arch": s["arch"],
-        "registers": r.registers, "barriers": r.barriers, "smem_static_bytes": r.smem_static_bytes,
-        "stack_bytes": r.stack_bytes, "spill_store_bytes": r.spill_store_bytes,
-        "spill_load_bytes": r.spill_load_bytes, "cmem0_bytes": r.cmem0_bytes,
+        "study": study.name,
+        "variant": variant.id,
+        "tuned_from": variant.tuned_from,
+        "entry": variant.entry,
+        "source": variant.source,
+        "arch": s["arch"],
+        "registers": r.registers,
+        "barriers": r.barriers,
+        "smem_static_bytes": r.smem_static_bytes,
+        "stack_bytes": r.stack_bytes,
+        "spill_store_bytes": r.spill_store_bytes,
+        "spill_load_bytes": r.spill_load_bytes,
+        "cmem0_bytes": r.cmem0_bytes,
         "sass_instructions": sum(res.sass.values()),
         "source_sha256": build.sha256_file(project.root / variant.source),
-        "spec_sha256": variant.spec_sha256(), "cubin_sha256": build.sha256_file(args.cubin),
-        "defines": json.dumps(variant.defines), "nvcc_flags": " ".join(flags + list(variant.nvcc_flags)),
-        "nvcc_version": res.nvcc_version, "nvcc_command": " ".join(res.command),
-        "git_commit": gpu.git_commit(project.root), "built_at": gpu.now(),
+        "spec_sha256": variant.spec_sha256(),
+        "cubin_sha256": build.sha256_file(args.cubin),
+        "defines": json.dumps(variant.defines),
+        "nvcc_flags": " ".join(flags + list(variant.nvcc_flags)),
+        "nvcc_version": res.nvcc_version,
+        "nvcc_command": " ".join(res.command),
+        "git_commit": gpu.git_commit(project.root),
+        "built_at": gpu.now(),
     }
     _eprint(res.log.strip())
-    _eprint(f"{study.name}/{variant.id}: {r.registers} registers, {r.smem_static_bytes} B static smem, "
-            f"{r.spill_store_bytes}/{r.spill_load_bytes} B spilled, {row['sass_instructions']} SASS")
+    _eprint(
+        f"{study.name}/{variant.id}: {r.registers} registers, {r.smem_static_bytes} B static smem, "
+        f"{r.spill_store_bytes}/{r.spill_load_bytes} B spilled, {row['sass_instructions']} SASS"
+    )
     if args.build:
         tables.write([row], args.build, "build")
     if args.sass:
-        sass = [{"study": study.name, "variant": variant.id, "opcode": op, "op": op.split(".")[0],
-                 "count": n} for op, n in sorted(res.sass.items())]
+        sass = [
+            {
+                "study": study.name,
+                "variant": variant.id,
+                "opcode": op,
+                "op": op.split(".")[0],
+                "count": n,
+            }
+            for op, n in sorted(res.sass.items())
+        ]
         tables.write(sass, args.sass, "sass")
     return 0
 
@@ -113,14 +137,23 @@ def cmd_bench(args) -> int:
             build_row = tables.read(args.build_table).iloc[0] if args.build_table else None
             info = bench.BuildInfo(
                 Path(args.cubin),
-                build_row["nvcc_version"] if build_row is not None else build.nvcc_version(), flags,
+                build_row["nvcc_version"] if build_row is not None else build.nvcc_version(),
+                flags,
             )
         else:
             cubin = Path(tmp) / f"{variant.id}.cubin"
-            res = build.compile_variant(variant, s["arch"], list(s["nvcc_flags"]), project.root, cubin)
+            res = build.compile_variant(
+                variant, s["arch"], list(s["nvcc_flags"]), project.root, cubin
+            )
             info = bench.BuildInfo(cubin, res.nvcc_version, flags)
         rows = bench.bench_variant(
-            project, study, variant, info, slot.uuid, sizes=sizes, tolerate_failure=args.tolerate_failure
+            project,
+            study,
+            variant,
+            info,
+            slot.uuid,
+            sizes=sizes,
+            tolerate_failure=args.tolerate_failure,
         )
     if args.out:
         tables.write(rows, args.out, "measurements", problem.size_names)
@@ -129,15 +162,73 @@ def cmd_bench(args) -> int:
 
 
 def _print_rows(rows, problem):
-    head = f"{'size':>16} {'status':>8} {'median ms':>10} {'TFLOP/s':>8} {'GB/s':>8} {'base ms':>9} {'% base':>7} {'rel err':>8}"
+    cols = ("size", "status", "median ms", "TFLOP/s", "GB/s", "base ms", "% base", "rel err")
+    widths = (16, 8, 10, 8, 8, 9, 7, 8)
+    head = " ".join(f"{c:>{w}}" for c, w in zip(cols, widths, strict=True))
     print(head)
     for r in rows:
         if r["status"] != "ok":
             print(f"{r['size']:>16} {r['status']:>8}  {r['reason']}")
             continue
-        print(f"{r['size']:>16} {r['status']:>8} {r['median_ms']:10.4f} {r['tflops']:8.2f} "
-              f"{r['gbps']:8.1f} {r['baseline_median_ms']:9.4f} {r['pct_of_baseline']:7.1f} "
-              f"{r['rel_err']:8.1e}" + ("  throttled" if r["throttled"] else ""))
+        print(
+            f"{r['size']:>16} {r['status']:>8} {r['median_ms']:10.4f} {r['tflops']:8.2f} "
+            f"{r['gbps']:8.1f} {r['baseline_median_ms']:9.4f} {r['pct_of_baseline']:7.1f} "
+            f"{r['rel_err']:8.1e}" + ("  throttled" if r["throttled"] else "")
+        )
+
+
+def cmd_launch(args) -> int:
+    """Launch one variant at one size a few times: the target of ncu and compute-sanitizer."""
+    from kernelbook import build, gpu
+
+    project, study, variant = _study_variant(args)
+    problem = problems.get(study.problem)
+    try:
+        sizes = problem.parse_size(args.size)
+    except ValueError as e:
+        raise cfg.ConfigError(str(e)) from None
+    if os.environ.get("KERNELBOOK_SLOT_HELD") != "1":
+        gpu.acquire_slot()  # a parent (profile, sanitize) that holds the GPU sets the flag
+    import cupy as cp
+
+    if args.exact:
+        # Plain cudaMalloc per array, no guard bands: compute-sanitizer's memcheck then sees
+        # an access past an array's end as outside its allocation.
+        cp.cuda.set_allocator(None)
+    with tempfile.TemporaryDirectory() as tmp:
+        cubin = Path(args.cubin) if args.cubin else Path(tmp) / "kernel.cubin"
+        if not args.cubin:
+            s = project.settings
+            build.compile_variant(variant, s["arch"], list(s["nvcc_flags"]), project.root, cubin)
+        case = problem.setup(
+            sizes,
+            study.dtype,
+            study.params,
+            project.settings["seed"],
+            guard=0 if args.exact else 64 * 1024,
+            reference=args.check,
+        )
+        kernel = cp.RawModule(path=str(cubin)).get_function(variant.entry)
+        launch = variant.launch(sizes)
+        if launch.smem > 48 * 1024:
+            cp.cuda.driver.funcSetAttribute(
+                kernel.ptr,
+                cp.cuda.driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                launch.smem,
+            )
+        for i in range(args.repeat):
+            case.reset()
+            kernel(launch.grid, launch.block, case.args, shared_mem=launch.smem)
+            cp.cuda.runtime.deviceSynchronize()
+            if args.check and i == 0:
+                tol = study.tolerance or problem.tolerance(sizes, study.dtype)
+                r = problem.check(case, tol, f"{study.name}/{variant.id} at {args.size}")
+                _eprint(f"correct: rel_err {r.rel_err:.2e}")
+    _eprint(
+        f"{study.name}/{variant.id}: launched {args.repeat}x at {problem.label(sizes)}, "
+        f"grid {launch.grid}, block {launch.block}, smem {launch.smem}"
+    )
+    return 0
 
 
 def cmd_device(args) -> int:
@@ -169,10 +260,13 @@ def cmd_select(args) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kernelbook", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="kernelbook", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--configfile", default="config/config.yaml")
-    p.add_argument("--settings", help="JSON overriding keys of the config file (the DAG passes its own)")
+    p.add_argument(
+        "--settings", help="JSON overriding keys of the config file (the DAG passes its own)"
+    )
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("list", help="studies, variants and sizes")
@@ -190,13 +284,28 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("bench", help="check, then time one variant beside its baseline")
     s.add_argument("study")
     s.add_argument("variant")
-    s.add_argument("--size", action="append", help="e.g. 4096, 4096x4096x1000 or M=..,N=..,K=..; repeatable")
+    s.add_argument(
+        "--size", action="append", help="e.g. 4096, 4096x4096x1000 or M=..,N=..,K=..; repeatable"
+    )
     s.add_argument("--cubin", help="a compiled cubin (default: compile now)")
     s.add_argument("--build-table", help="the cubin's build table row, for provenance")
     s.add_argument("--out", help="measurements table (Parquet)")
-    s.add_argument("--tolerate-failure", action="store_true",
-                   help="record a failing variant as failed rows instead of failing (autotuning)")
+    s.add_argument(
+        "--tolerate-failure",
+        action="store_true",
+        help="record a failing variant as failed rows instead of failing (autotuning)",
+    )
     s.set_defaults(fn=cmd_bench)
+
+    s = sub.add_parser("launch", help="launch one variant at one size (for ncu, compute-sanitizer)")
+    s.add_argument("study")
+    s.add_argument("variant")
+    s.add_argument("--size", required=True)
+    s.add_argument("--cubin", help="a compiled cubin (default: compile now)")
+    s.add_argument("--repeat", type=int, default=1)
+    s.add_argument("--exact", action="store_true", help="exact-size allocations, no guard bands")
+    s.add_argument("--check", action="store_true", help="check the first launch's result")
+    s.set_defaults(fn=cmd_launch)
 
     s = sub.add_parser("device", help="NVML facts and measured ceilings of the GPU")
     s.add_argument("--out", required=True)

@@ -59,7 +59,9 @@ def validate(data: Any, schema_name: str, source: str) -> dict:
     """Validate against a schema in workflow/schemas and fill its defaults; return a copy."""
     sch = schema(schema_name)
     if not isinstance(data, dict):
-        raise ConfigError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
+        raise ConfigError(
+            f"{source}: expected a mapping at the top level, got {type(data).__name__}"
+        )
     validator = jsonschema.Draft202012Validator(sch)
     errors = sorted(validator.iter_errors(data), key=lambda e: (len(e.absolute_path), e.path))
     if errors:
@@ -147,7 +149,9 @@ class Variant:
                 raise ConfigError(f"{self.study}/{self.id}: {name} {dims} at {sizes} has a zero")
         threads = block[0] * block[1] * block[2]
         if threads > 1024:
-            raise ConfigError(f"{self.study}/{self.id}: block {block} has {threads} threads (> 1024)")
+            raise ConfigError(
+                f"{self.study}/{self.id}: block {block} has {threads} threads (> 1024)"
+            )
         if smem < 0:
             raise ConfigError(f"{self.study}/{self.id}: negative dynamic shared memory {smem}")
         return Launch(tuple(grid), tuple(block), smem)
@@ -340,7 +344,7 @@ def _check_flow_commas(data, shown: str) -> None:
             ):
                 raise ConfigError(
                     f"{shown}: variants[{i}] ({v.get('id')}).{key}: {items} looks like expressions "
-                    "cut at their commas; quote each one: [\"cdiv(N, BN)\", \"cdiv(M, BM)\"]"
+                    'cut at their commas; quote each one: ["cdiv(N, BN)", "cdiv(M, BM)"]'
                 )
 
 
@@ -360,7 +364,9 @@ def expand_sizes(groups: list[dict], names: tuple[str, ...], where: str) -> list
         keys = list(fixed)
         lists = [v if isinstance(v, list) else [v] for v in fixed.values()]
         for combo in itertools.product(*lists):
-            out.append(_complete_size({**dict(zip(keys, combo, strict=True)), **derived}, names, gwhere))
+            out.append(
+                _complete_size({**dict(zip(keys, combo, strict=True)), **derived}, names, gwhere)
+            )
     unique: list[dict[str, int]] = []
     for s in out:
         if s not in unique:
@@ -488,15 +494,22 @@ def _variant(study, vraw, settings, root, problem, params, sizes, where):
         cid = vraw["id"] + CANDIDATE_SEP + "_".join(f"{k}{v}" for k, v in point.items())
         cands.append(
             Variant(
-                id=cid, defines=defines, tuned_from=vraw["id"], tune_point=point,
-                tune_sizes=tune_sizes, **common,
+                id=cid,
+                defines=defines,
+                tuned_from=vraw["id"],
+                tune_point=point,
+                tune_sizes=tune_sizes,
+                **common,
             )
         )
     if not cands:
         raise ConfigError(f"{where}: tune: no point of the space satisfies the constraints")
     first = cands[0]
     parent = Variant(
-        id=vraw["id"], defines=first.defines, candidates=tuple(c.id for c in cands),
-        tune_sizes=tune_sizes, **common,
+        id=vraw["id"],
+        defines=first.defines,
+        candidates=tuple(c.id for c in cands),
+        tune_sizes=tune_sizes,
+        **common,
     )
     return parent, cands

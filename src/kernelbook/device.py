@@ -36,65 +36,138 @@ def measure_device(project, slot_uuid: str, log: Callable[[str], None] = print) 
     rows: list[dict] = []
 
     def add(quantity, value, unit, kind, method):
-        rows.append({**prov, "quantity": quantity, "value": float(value), "unit": unit,
-                     "kind": kind, "method": method, "measured_at": gpu.now()})
+        rows.append(
+            {
+                **prov,
+                "quantity": quantity,
+                "value": float(value),
+                "unit": unit,
+                "kind": kind,
+                "method": method,
+                "measured_at": gpu.now(),
+            }
+        )
         log(f"{quantity}: {value:g} {unit} ({kind})")
 
     sms = int(props["multiProcessorCount"])
     add("sm_count", sms, "count", "fact", "cudaDeviceProp.multiProcessorCount")
     add("compute_capability", cc[0] + cc[1] / 10, "", "fact", "cudaDeviceProp.major.minor")
     add("l2_bytes", props["l2CacheSize"], "B", "fact", "cudaDeviceProp.l2CacheSize")
-    add("smem_per_block_optin_bytes", props["sharedMemPerBlockOptin"], "B", "fact",
-        "cudaDeviceProp.sharedMemPerBlockOptin")
-    add("smem_per_sm_bytes", props["sharedMemPerMultiprocessor"], "B", "fact",
-        "cudaDeviceProp.sharedMemPerMultiprocessor")
-    add("registers_per_sm", props["regsPerMultiprocessor"], "count", "fact",
-        "cudaDeviceProp.regsPerMultiprocessor")
+    add(
+        "smem_per_block_optin_bytes",
+        props["sharedMemPerBlockOptin"],
+        "B",
+        "fact",
+        "cudaDeviceProp.sharedMemPerBlockOptin",
+    )
+    add(
+        "smem_per_sm_bytes",
+        props["sharedMemPerMultiprocessor"],
+        "B",
+        "fact",
+        "cudaDeviceProp.sharedMemPerMultiprocessor",
+    )
+    add(
+        "registers_per_sm",
+        props["regsPerMultiprocessor"],
+        "count",
+        "fact",
+        "cudaDeviceProp.regsPerMultiprocessor",
+    )
     add("memory_total_bytes", facts["memory_total_bytes"], "B", "fact", "nvmlDeviceGetMemoryInfo")
-    add("sm_clock_max_mhz", facts["sm_clock_max_mhz"], "MHz", "fact", "nvmlDeviceGetMaxClockInfo(SM)")
-    add("mem_clock_max_mhz", facts["mem_clock_max_mhz"], "MHz", "fact", "nvmlDeviceGetMaxClockInfo(MEM)")
-    add("memory_bus_width_bits", facts["memory_bus_width_bits"], "bit", "fact",
-        "nvmlDeviceGetMemoryBusWidth")
+    add(
+        "sm_clock_max_mhz",
+        facts["sm_clock_max_mhz"],
+        "MHz",
+        "fact",
+        "nvmlDeviceGetMaxClockInfo(SM)",
+    )
+    add(
+        "mem_clock_max_mhz",
+        facts["mem_clock_max_mhz"],
+        "MHz",
+        "fact",
+        "nvmlDeviceGetMaxClockInfo(MEM)",
+    )
+    add(
+        "memory_bus_width_bits",
+        facts["memory_bus_width_bits"],
+        "bit",
+        "fact",
+        "nvmlDeviceGetMemoryBusWidth",
+    )
     add("power_limit_w", facts["power_limit_w"], "W", "fact", "nvmlDeviceGetEnforcedPowerLimit")
     clock_hz = facts["sm_clock_max_mhz"] * 1e6
     if cc in FP32_LANES:
-        add("fp32_peak_tflops", sms * FP32_LANES[cc] * 2 * clock_hz / 1e12, "TFLOP/s",
-            "theoretical", f"SMs x {FP32_LANES[cc]} FP32 lanes x 2 (FMA) x max SM clock")
+        add(
+            "fp32_peak_tflops",
+            sms * FP32_LANES[cc] * 2 * clock_hz / 1e12,
+            "TFLOP/s",
+            "theoretical",
+            f"SMs x {FP32_LANES[cc]} FP32 lanes x 2 (FMA) x max SM clock",
+        )
     if cc in BF16_FLOP_PER_CLOCK:
-        add("bf16_tensor_peak_tflops", sms * BF16_FLOP_PER_CLOCK[cc] * clock_hz / 1e12, "TFLOP/s",
-            "theoretical", f"SMs x {BF16_FLOP_PER_CLOCK[cc]} dense BF16 FLOP/clock x max SM clock")
-    add("dram_peak_gbps", facts["mem_clock_max_mhz"] * 1e6 * facts["memory_bus_width_bits"] * 2 / 8 / 1e9,
-        "GB/s", "theoretical", "max memory clock x bus width x 2 (double data rate)")
+        add(
+            "bf16_tensor_peak_tflops",
+            sms * BF16_FLOP_PER_CLOCK[cc] * clock_hz / 1e12,
+            "TFLOP/s",
+            "theoretical",
+            f"SMs x {BF16_FLOP_PER_CLOCK[cc]} dense BF16 FLOP/clock x max SM clock",
+        )
+    add(
+        "dram_peak_gbps",
+        facts["mem_clock_max_mhz"] * 1e6 * facts["memory_bus_width_bits"] * 2 / 8 / 1e9,
+        "GB/s",
+        "theoretical",
+        "max memory clock x bus width x 2 (double data rate)",
+    )
 
     policy = {**project.settings["timing"], "cache": "warm", "method": "events"}
     torch_stream = torch.cuda.Stream()
     stream = cp.cuda.ExternalStream(torch_stream.cuda_stream)
     timer = Timer(policy, int(props["l2CacheSize"]), stream, torch_stream)
     with stream, torch.cuda.stream(torch_stream):
-        src = cp.random.default_rng(project.settings["seed"]).standard_normal(COPY_BYTES // 4, dtype=cp.float32)
+        rng = cp.random.default_rng(project.settings["seed"])
+        src = rng.standard_normal(COPY_BYTES // 4, dtype=cp.float32)
         dst = cp.empty_like(src)
 
+        d2d = cp.cuda.runtime.memcpyDeviceToDevice
+        ptrs = (dst.data.ptr, src.data.ptr)
+
         def copy():
-            cp.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, COPY_BYTES,
-                                        cp.cuda.runtime.memcpyDeviceToDevice, stream.ptr)
+            cp.cuda.runtime.memcpyAsync(ptrs[0], ptrs[1], COPY_BYTES, d2d, stream.ptr)
 
         t = timer.measure({"copy": copy}, "device copy")["copy"].median
-        add("copy_gbps", 2 * COPY_BYTES / (t * 1e-3) / 1e9, "GB/s", "measured",
+        add(
+            "copy_gbps",
+            2 * COPY_BYTES / (t * 1e-3) / 1e9,
+            "GB/s",
+            "measured",
             f"cudaMemcpyAsync device-to-device of {COPY_BYTES} B, bytes read + written over "
-            "the event-timed median")
+            "the event-timed median",
+        )
         del src, dst
         cp.get_default_memory_pool().free_all_blocks()
 
         torch.backends.cuda.matmul.allow_tf32 = False
         gen = torch.Generator(device="cuda").manual_seed(int(project.settings["seed"]))
-        for dtype, name, mode in ((torch.float32, "cublas_fp32_tflops", "FP32, TF32 off"),
-                                  (torch.bfloat16, "cublas_bf16_tflops", "BF16, FP32 accumulate")):
+        for dtype, name, mode in (
+            (torch.float32, "cublas_fp32_tflops", "FP32, TF32 off"),
+            (torch.bfloat16, "cublas_bf16_tflops", "BF16, FP32 accumulate"),
+        ):
             a = torch.randn(GEMM_N, GEMM_N, device="cuda", dtype=dtype, generator=gen)
             b = torch.randn(GEMM_N, GEMM_N, device="cuda", dtype=dtype, generator=gen)
             c = torch.empty(GEMM_N, GEMM_N, device="cuda", dtype=dtype)
-            t = timer.measure({name: lambda a=a, b=b, c=c: torch.matmul(a, b, out=c)}, name)[name].median
-            add(name, 2 * GEMM_N**3 / (t * 1e-3) / 1e12, "TFLOP/s", "measured",
-                f"torch.matmul {GEMM_N}^3 random normal, {mode}, event-timed median")
+            t = timer.measure({name: lambda a=a, b=b, c=c: torch.matmul(a, b, out=c)}, name)[
+                name
+            ].median
+            add(
+                name,
+                2 * GEMM_N**3 / (t * 1e-3) / 1e12,
+                "TFLOP/s",
+                "measured",
+                f"torch.matmul {GEMM_N}^3 random normal, {mode}, event-timed median",
+            )
             del a, b, c
         torch.cuda.empty_cache()
     return rows
@@ -103,4 +176,6 @@ def measure_device(project, slot_uuid: str, log: Callable[[str], None] = print) 
 def write_device_table(project, out: Path, slot_uuid: str) -> None:
     from kernelbook import tables
 
-    tables.write(measure_device(project, slot_uuid, lambda s: print(s, file=sys.stderr)), out, "device")
+    tables.write(
+        measure_device(project, slot_uuid, lambda s: print(s, file=sys.stderr)), out, "device"
+    )

@@ -165,12 +165,8 @@ def _eval(node: ast.AST, env):
         return env[node.id]
     if isinstance(node, ast.BinOp):
         left, right = _eval(node.left, env), _eval(node.right, env)
-        if isinstance(node.op, ast.Pow):
-            if abs(right) > MAX_EXPONENT or (
-                isinstance(left, int) and abs(left) > 1 and isinstance(right, int) and right > 0
-                and right * math.log2(abs(left)) > 63
-            ):
-                raise ExprError(f"power {left}**{right} is too large")
+        if isinstance(node.op, ast.Pow) and _pow_too_large(left, right):
+            raise ExprError(f"power {left}**{right} is too large")
         if isinstance(node.op, ast.Div | ast.FloorDiv | ast.Mod) and right == 0:
             raise ExprError("division by zero")
         return _bounded(_BINOPS[type(node.op)](left, right))
@@ -197,6 +193,12 @@ def _eval(node: ast.AST, env):
         args = [_eval(a, env) for a in node.args]
         return _bounded(FUNCTIONS[node.func.id](*args))
     raise ExprError(f"{type(node).__name__} is not allowed")  # unreachable after _check
+
+
+def _pow_too_large(base, exp) -> bool:
+    if abs(exp) > MAX_EXPONENT:
+        return True
+    return abs(base) > 1 and exp > 0 and exp * math.log2(abs(base)) > 63
 
 
 def _bounded(value):

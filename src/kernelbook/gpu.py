@@ -151,7 +151,9 @@ class Sampler:
 
     def __init__(self, uuid: str, period_s: float = 0.02):
         self.nv = _nvml()
-        self.handle = self.nv.nvmlDeviceGetHandleByUUID(uuid.encode() if isinstance(uuid, str) else uuid)
+        self.handle = self.nv.nvmlDeviceGetHandleByUUID(
+            uuid.encode() if isinstance(uuid, str) else uuid
+        )
         self.period = period_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -239,13 +241,18 @@ def git_commit(root: Path) -> str:
     env = os.environ.get("KERNELBOOK_GIT_COMMIT")
     try:
         out = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
         )
         if out.returncode == 0:
             commit = out.stdout.strip()
             dirty = subprocess.run(
                 ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                capture_output=True, text=True, timeout=10,
+                capture_output=True,
+                text=True,
+                timeout=10,
             ).stdout.strip()
             return commit + ("-dirty" if dirty else "")
     except (OSError, subprocess.TimeoutExpired):

@@ -69,7 +69,10 @@ def to_arrow(rows: list[dict] | pd.DataFrame, table: str, size_names=()) -> pa.T
 def write(rows, path: str | Path, table: str, size_names=(), metadata: dict | None = None) -> None:
     """Write rows as Parquet, atomically: a reader never sees a half-written file."""
     tbl = to_arrow(rows, table, size_names)
-    meta = {b"kernelbook.table": table.encode(), b"kernelbook.sizes": json.dumps(list(size_names)).encode()}
+    meta = {
+        b"kernelbook.table": table.encode(),
+        b"kernelbook.sizes": json.dumps(list(size_names)).encode(),
+    }
     for k, v in (metadata or {}).items():
         meta[f"kernelbook.{k}".encode()] = json.dumps(v).encode()
     tbl = tbl.replace_schema_metadata({**(tbl.schema.metadata or {}), **meta})
@@ -100,6 +103,10 @@ def gather(inputs: list[str | Path], out: str | Path, table: str) -> pd.DataFram
     for p in inputs:
         frames.append(read(p))
         sizes = table_sizes(p) or sizes
-    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=schema(table, sizes).names)
+    df = (
+        pd.concat(frames, ignore_index=True)
+        if frames
+        else pd.DataFrame(columns=schema(table, sizes).names)
+    )
     write(df, out, table, sizes)
     return df

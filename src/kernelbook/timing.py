@@ -43,9 +43,16 @@ class Stats:
         a = np.asarray(samples, dtype=np.float64)
         q1, med, q3 = np.percentile(a, [25, 50, 75])
         return cls(
-            n=int(a.size), median=float(med), q1=float(q1), q3=float(q3), min=float(a.min()),
-            max=float(a.max()), mean=float(a.mean()), std=float(a.std(ddof=1)) if a.size > 1 else 0.0,
-            rse_median=rse_of_median(a), converged=converged,
+            n=int(a.size),
+            median=float(med),
+            q1=float(q1),
+            q3=float(q3),
+            min=float(a.min()),
+            max=float(a.max()),
+            mean=float(a.mean()),
+            std=float(a.std(ddof=1)) if a.size > 1 else 0.0,
+            rse_median=rse_of_median(a),
+            converged=converged,
         )
 
 
@@ -146,7 +153,9 @@ class Timer:
                 enough_time = all(
                     sum(s) * per_launch[k] / 1000.0 >= p["min_time_s"] for k, s in samples.items()
                 )
-                quiet = all(rse_of_median(np.asarray(s)) <= p["target_rse"] for s in samples.values())
+                quiet = all(
+                    rse_of_median(np.asarray(s)) <= p["target_rse"] for s in samples.values()
+                )
                 if enough_time and quiet:
                     converged = True
                     break

@@ -24,7 +24,11 @@ def select(candidates: pd.DataFrame, tuned: str) -> pd.DataFrame:
             reasons = sorted(set(group["reason"].dropna()))
             for col in best.index:
                 if col.endswith(("_ms", "tflops", "gbps", "_err")) or col in (
-                    "rel_std", "rse_median", "n_samples", "pct_of_baseline", "baseline_n_samples",
+                    "rel_std",
+                    "rse_median",
+                    "n_samples",
+                    "pct_of_baseline",
+                    "baseline_n_samples",
                 ):
                     best[col] = None
             best["variant"], best["variant_kind"], best["tuned_from"] = tuned, "tuned", tuned

@@ -40,16 +40,18 @@ class GuardedArray:
         self.guard = guard
         self.full = xp.empty(n + 2 * guard, dtype=dtype)
         self.view = self.full[guard : guard + n]
-        self._bytes = self.full.view(xp.uint8)
-        itemsize = self.full.dtype.itemsize
-        self._before = self._bytes[: guard * itemsize]
-        self._after = self._bytes[(guard + n) * itemsize :]
-        self._itemsize = itemsize
-        self._before.fill(GUARD_BYTE)
-        self._after.fill(GUARD_BYTE)
+        self._itemsize = itemsize = self.full.dtype.itemsize
+        raw = self.full.view(xp.uint8)
+        self._before = raw[: guard * itemsize]
+        self._after = raw[(guard + n) * itemsize :]
+        if guard:
+            self._before.fill(GUARD_BYTE)
+            self._after.fill(GUARD_BYTE)
 
     def violations(self) -> tuple[int, int]:
         """Elements written in the guard bands (before, after)."""
+        if not self.guard:
+            return 0, 0
         out = []
         for band in (self._before, self._after):
             changed = (band != GUARD_BYTE).reshape(-1, self._itemsize).any(axis=1)
@@ -145,7 +147,10 @@ class Problem:
         return {n: sizes[n] for n in self.size_names}
 
     # ---- device side ---------------------------------------------------------------
-    def setup(self, sizes, dtype, params, seed) -> Case:
+    def setup(
+        self, sizes, dtype, params, seed, guard: int = GUARD_ELEMENTS, reference=True
+    ) -> Case:
+        """Inputs, outputs (``guard`` elements of guard band each side), float64 reference."""
         raise NotImplementedError
 
     def baseline(self, case: Case, name: str, params) -> Baseline:
@@ -158,7 +163,9 @@ class Problem:
         for name, data in case.inputs.items():
             if not bool(cp.array_equal(data, case.input_digests[name])):
                 changed = int((data != case.input_digests[name]).sum())
-                raise InputModified(f"{where}: the kernel wrote {changed} element(s) of input {name}")
+                raise InputModified(
+                    f"{where}: the kernel wrote {changed} element(s) of input {name}"
+                )
         result = None
         for name, g in case.outputs.items():
             before, after = g.violations()
@@ -194,7 +201,9 @@ class Problem:
                     f"the bound {self.elem_factor * tol:.1e} (unwritten or wrong element; "
                     f"norm-wise relative error {rel:.2e})"
                 )
-            result = CheckResult(rel, max_err) if result is None else CheckResult(
-                max(rel, result.rel_err), max(max_err, result.max_err)
+            result = (
+                CheckResult(rel, max_err)
+                if result is None
+                else CheckResult(max(rel, result.rel_err), max(max_err, result.max_err))
             )
         return result

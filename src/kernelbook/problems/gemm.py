@@ -13,7 +13,14 @@ from __future__ import annotations
 
 import math
 
-from kernelbook.problems.base import Baseline, Case, GuardedArray, Problem, size_seed
+from kernelbook.problems.base import (
+    GUARD_ELEMENTS,
+    Baseline,
+    Case,
+    GuardedArray,
+    Problem,
+    size_seed,
+)
 
 
 class Gemm(Problem):
@@ -36,7 +43,7 @@ class Gemm(Problem):
         # over what a sequential FMA loop gives on normal inputs.
         return 1e-5 * math.sqrt(max(s["K"], 1024) / 1024)
 
-    def setup(self, sizes, dtype, params, seed) -> Case:
+    def setup(self, sizes, dtype, params, seed, guard=GUARD_ELEMENTS, reference=True) -> Case:
         import cupy as cp
         import numpy as np
 
@@ -45,9 +52,13 @@ class Gemm(Problem):
         A = rng.standard_normal((M, K), dtype=cp.float32)
         B = rng.standard_normal((K, N), dtype=cp.float32)
         C0 = rng.standard_normal((M, N), dtype=cp.float32)
-        C = GuardedArray(cp, M * N, cp.float32)
+        C = GuardedArray(cp, M * N, cp.float32, guard)
         alpha, beta = float(params["alpha"]), float(params["beta"])
-        ref = alpha * (A.astype(cp.float64) @ B.astype(cp.float64)) + beta * C0.astype(cp.float64)
+        ref = None
+        if reference:
+            ref = alpha * (A.astype(cp.float64) @ B.astype(cp.float64)) + beta * C0.astype(
+                cp.float64
+            )
         case = Case(
             sizes=dict(sizes),
             dtype=dtype,
@@ -55,10 +66,16 @@ class Gemm(Problem):
             inputs={"A": A, "B": B},
             outputs={"C": C},
             initial={"C": C0.ravel()},
-            reference={"C": ref.ravel()},
+            reference={"C": ref.ravel()} if reference else {},
             args=(
-                np.int32(M), np.int32(N), np.int32(K), np.float32(alpha),
-                A, B, np.float32(beta), C.view,
+                np.int32(M),
+                np.int32(N),
+                np.int32(K),
+                np.float32(alpha),
+                A,
+                B,
+                np.float32(beta),
+                C.view,
             ),
         )
         case.input_digests = {"A": A.copy(), "B": B.copy()}
@@ -90,5 +107,7 @@ class Gemm(Problem):
         ref = case.reference["C"]
         rel = float(cp.linalg.norm(out - ref) / cp.linalg.norm(ref))
         tf32 = torch.backends.cuda.matmul.allow_tf32
-        mode = f"cuBLAS via torch {torch.__version__} addmm_, float32, TF32 {'on' if tf32 else 'off'}"
+        mode = (
+            f"cuBLAS via torch {torch.__version__} addmm_, float32, TF32 {'on' if tf32 else 'off'}"
+        )
         return Baseline(name=name, mode=mode, run=run, rel_err=rel)

@@ -1,0 +1,187 @@
+// 10_warptiling: block tile -> warp tiles -> thread tiles (siboehm kernel 10 style).
+//
+// Changed from 09: a new level between block and thread. The BM x BN block tile is split into
+// (BM/WM) x (BN/WN) warp tiles; a warp walks its WM x WN tile as WMITER x WNITER sub-tiles of
+// WSUBM x WSUBN, and in each sub-tile every lane owns a TM x TN patch. With the chosen shape
+// (WM=WN=64, WNITER=4, TM=8, TN=4, 128 threads) each thread holds 8 x 16 = 128 accumulators.
+// The As tile keeps 07's XOR swizzle (stores conflict-free), Bs is plain row-major (a warp's
+// regN loads read 4 distinct contiguous float4 = 64 B: conflict-free as is).
+// Why it should help: (1) 128 results per thread for 8 + 16 shared words per k: 5.3 FFMA per
+// shared word (4 in 06-09); (2) the lanes of a warp share rows/cols of the warp tile, so its
+// shared-memory footprint per k is small and mostly broadcast; (3) register-level locality
+// maps to warps, which the scheduler issues as units; (4) fewer, fatter threads (128/block,
+// several blocks/SM) give ILP instead of TLP.
+// What the profiler should show: higher sm__inst_executed_pipe_fma share of all issued
+// instructions than 09's best, fewer l1tex__data_pipe_lsu_wavefronts_mem_shared per FFMA, stall
+// reasons dominated by "math pipe throttle"/"not selected" rather than mio_throttle; a remaining
+// ~2-way read conflict on As (8 distinct threadRows 32 B apart per LDS.128), expected, to be
+// confirmed by ncu.
+//
+// Sizes: any M and N remainder and any K remainder (per-float4 guards, zero fill), with
+// K % 4 == 0 and N % 4 == 0 for the 16-byte accesses (covers 4096x4096x1000 and 3000^3).
+// Launch: grid (cdiv(N, BN), cdiv(M, BM)), block (NUM_THREADS), no dynamic smem.
+// Indices are 32-bit: fine while M*K, K*N, M*N < 2^31 (all study sizes).
+
+#ifndef BM
+#error "BM must be defined"
+#endif
+#ifndef BN
+#error "BN must be defined"
+#endif
+#ifndef BK
+#error "BK must be defined"
+#endif
+#ifndef WM
+#error "WM must be defined"
+#endif
+#ifndef WN
+#error "WN must be defined"
+#endif
+#ifndef WNITER
+#error "WNITER must be defined"
+#endif
+#ifndef TM
+#error "TM must be defined"
+#endif
+#ifndef TN
+#error "TN must be defined"
+#endif
+#ifndef NUM_THREADS
+#error "NUM_THREADS must be defined"
+#endif
+#ifndef MIN_BLOCKS
+#define MIN_BLOCKS 1   // optional: minimum resident blocks per SM for __launch_bounds__
+#endif
+
+#define WARPSIZE 32
+#define WMITER ((WM) * (WN) / (WARPSIZE * (TM) * (TN) * (WNITER)))
+#define WSUBM ((WM) / WMITER)
+#define WSUBN ((WN) / (WNITER))
+
+static_assert(NUM_THREADS % WARPSIZE == 0 && NUM_THREADS <= 1024, "NUM_THREADS: whole warps, <= 1024");
+static_assert(BM % WM == 0 && BN % WN == 0, "warp tiles must tile the block tile");
+static_assert((BM / WM) * (BN / WN) == NUM_THREADS / WARPSIZE, "one warp per warp tile");
+static_assert(WMITER >= 1 && (WM * WN) % (WARPSIZE * TM * TN * WNITER) == 0, "WMITER must be a positive integer");
+static_assert(WM % WMITER == 0 && WN % WNITER == 0, "warp sub-tiles must tile the warp tile");
+static_assert(WSUBN % TN == 0 && WSUBM % TM == 0, "thread tiles must tile the warp sub-tile");
+static_assert((WSUBN / TN) * (WSUBM / TM) == WARPSIZE, "32 lanes must exactly cover a warp sub-tile");
+static_assert(TM % 4 == 0 && TN % 4 == 0, "TM, TN multiples of 4 (LDS.128 / STG.128)");
+static_assert(BK % 4 == 0 && BN % 4 == 0, "float4 loads");
+static_assert(NUM_THREADS % (BK / 4) == 0 && BM % (NUM_THREADS / (BK / 4)) == 0,
+              "A tile: the float4 loads must cover BM x BK exactly");
+static_assert(NUM_THREADS % (BN / 4) == 0 && BK % (NUM_THREADS / (BN / 4)) == 0,
+              "B tile: the float4 loads must cover BK x BN exactly");
+static_assert(BM % 32 == 0 && BK <= 32 && (128 / BK) % 4 == 0, "As swizzle assumptions (see AS_IDX)");
+static_assert((BM * BK + BK * BN) * 4 <= 48 * 1024, "static shared memory over 48 KiB");
+
+// As: transposed A tile, As[k][m], m XOR-swizzled by the k-quad (as in 07): the scalar transposed
+// stores of one warp (128/BK rows x BK/4 k-quads) hit 32 distinct banks; the key is a multiple
+// of 4 below 32, so float4 groups stay contiguous and inside the row.
+#define AS_IDX(k, m) ((k) * BM + ((m) ^ (((k) / 4) * (128 / BK))))
+
+extern "C" __global__ void __launch_bounds__(NUM_THREADS, MIN_BLOCKS)
+sgemm_warptiling(int M, int N, int K, float alpha, const float* __restrict__ A,
+                 const float* __restrict__ B, float beta, float* __restrict__ C)
+{
+    __shared__ __align__(16) float As[BK * BM];
+    __shared__ __align__(16) float Bs[BK * BN];
+
+    const int tid = threadIdx.x;
+    const int warpIdx = tid / WARPSIZE;
+    const int lane = tid % WARPSIZE;
+    const int warpCol = warpIdx % (BN / WN);
+    const int warpRow = warpIdx / (BN / WN);
+    const int threadColInWarp = lane % (WSUBN / TN);
+    const int threadRowInWarp = lane / (WSUBN / TN);
+
+    const int rowBase = blockIdx.y * BM;
+    const int colBase = blockIdx.x * BN;
+
+    const int innerRowA = tid / (BK / 4), innerColA = tid % (BK / 4);
+    constexpr int strideA = NUM_THREADS / (BK / 4);
+    const int innerRowB = tid / (BN / 4), innerColB = tid % (BN / 4);
+    constexpr int strideB = NUM_THREADS / (BN / 4);
+
+    // this thread's first row/col inside the block tile
+    const int tRow = warpRow * WM + threadRowInWarp * TM;   // + wSubRow * WSUBM + i
+    const int tCol = warpCol * WN + threadColInWarp * TN;   // + wSubCol * WSUBN + j
+
+    float acc[WMITER * TM][WNITER * TN];
+#pragma unroll
+    for (int i = 0; i < WMITER * TM; ++i)
+#pragma unroll
+        for (int j = 0; j < WNITER * TN; ++j) acc[i][j] = 0.0f;
+    float regM[WMITER * TM], regN[WNITER * TN];
+
+    for (int k0 = 0; k0 < K; k0 += BK) {
+#pragma unroll
+        for (int off = 0; off < BM; off += strideA) {
+            const int r = innerRowA + off;
+            const int gr = rowBase + r, gc = k0 + innerColA * 4;
+            float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (gr < M && gc < K) v = *reinterpret_cast<const float4*>(&A[gr * K + gc]);
+            As[AS_IDX(innerColA * 4 + 0, r)] = v.x;
+            As[AS_IDX(innerColA * 4 + 1, r)] = v.y;
+            As[AS_IDX(innerColA * 4 + 2, r)] = v.z;
+            As[AS_IDX(innerColA * 4 + 3, r)] = v.w;
+        }
+#pragma unroll
+        for (int off = 0; off < BK; off += strideB) {
+            const int r = innerRowB + off;
+            const int gr = k0 + r, gc = colBase + innerColB * 4;
+            float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (gr < K && gc < N) v = *reinterpret_cast<const float4*>(&B[gr * N + gc]);
+            *reinterpret_cast<float4*>(&Bs[r * BN + innerColB * 4]) = v;
+        }
+        __syncthreads();
+
+#pragma unroll
+        for (int dot = 0; dot < BK; ++dot) {
+#pragma unroll
+            for (int ws = 0; ws < WMITER; ++ws)
+#pragma unroll
+                for (int i = 0; i < TM; i += 4) {
+                    const float4 a = *reinterpret_cast<const float4*>(&As[AS_IDX(dot, tRow + ws * WSUBM + i)]);
+                    regM[ws * TM + i + 0] = a.x; regM[ws * TM + i + 1] = a.y;
+                    regM[ws * TM + i + 2] = a.z; regM[ws * TM + i + 3] = a.w;
+                }
+#pragma unroll
+            for (int ws = 0; ws < WNITER; ++ws)
+#pragma unroll
+                for (int j = 0; j < TN; j += 4) {
+                    const float4 b = *reinterpret_cast<const float4*>(&Bs[dot * BN + tCol + ws * WSUBN + j]);
+                    regN[ws * TN + j + 0] = b.x; regN[ws * TN + j + 1] = b.y;
+                    regN[ws * TN + j + 2] = b.z; regN[ws * TN + j + 3] = b.w;
+                }
+#pragma unroll
+            for (int i = 0; i < WMITER * TM; ++i)
+#pragma unroll
+                for (int j = 0; j < WNITER * TN; ++j) acc[i][j] += regM[i] * regN[j];
+        }
+        __syncthreads();
+    }
+
+    // epilogue: float4 read-modify-write (col % 4 == 0, N % 4 == 0: a float4 is all-in or all-out)
+#pragma unroll
+    for (int wm = 0; wm < WMITER; ++wm)
+#pragma unroll
+        for (int i = 0; i < TM; ++i) {
+            const int row = rowBase + tRow + wm * WSUBM + i;
+            if (row >= M) continue;
+#pragma unroll
+            for (int wn = 0; wn < WNITER; ++wn)
+#pragma unroll
+                for (int j = 0; j < TN; j += 4) {
+                    const int col = colBase + tCol + wn * WSUBN + j;
+                    if (col >= N) continue;
+                    const float* a = &acc[wm * TM + i][wn * TN + j];
+                    float4* cp = reinterpret_cast<float4*>(&C[row * N + col]);
+                    float4 r = make_float4(alpha * a[0], alpha * a[1], alpha * a[2], alpha * a[3]);
+                    if (beta != 0.0f) {
+                        const float4 c = *cp;
+                        r.x += beta * c.x; r.y += beta * c.y; r.z += beta * c.z; r.w += beta * c.w;
+                    }
+                    *cp = r;
+                }
+        }
+}
