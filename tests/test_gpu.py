@@ -1,0 +1,173 @@
+"""Tests that need a CUDA device (marked gpu; skipped, visibly, where NVML finds none)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from kernelbook import gpu
+
+ROOT = Path(__file__).resolve().parents[1]
+INFO, WHY = gpu.detect()
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(INFO is None, reason=f"no GPU here: {WHY}")]
+
+FAST = {"timing": {"min_time_s": 0.02, "max_time_s": 2}}
+PROVENANCE = [
+    "gpu_name", "gpu_uuid", "driver_version", "cuda_version", "sm_clock_mhz", "mem_clock_mhz",
+    "temperature_c", "power_w", "throttle_reasons", "source_sha256", "defines", "nvcc_flags",
+    "nvcc_version", "git_commit", "seed", "measured_at", "baseline_mode", "cubin_sha256",
+]
+
+
+def kb(*args, settings=None, timeout=900, check=True):
+    cmd = [sys.executable, "-m", "kernelbook"]
+    if settings is not None:
+        cmd += ["--settings", json.dumps(settings)]
+    proc = subprocess.run(
+        [*cmd, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"kernelbook {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def bench(tmp_path, variant, *sizes, settings=FAST, study="sgemm"):
+    out = tmp_path / f"{variant}-{len(list(tmp_path.iterdir()))}.parquet"
+    args = ["bench", study, variant, "--out", str(out)]
+    for s in sizes:
+        args += ["--size", s]
+    kb(*args, settings=settings)
+    return pd.read_parquet(out)
+
+
+@pytest.mark.parametrize("variant", ["01_naive", "02_coalescing"])
+def test_variants_correct_at_odd_sizes(tmp_path, variant):
+    df = bench(tmp_path, variant, "127x129x131", "1000", "33x1x65", "64")
+    assert list(df["status"]) == ["ok"] * 4
+    assert df["correct"].all()
+    assert (df["rel_err"] < df["tolerance"]).all()
+    assert (df["baseline_rel_err"] < df["tolerance"]).all()
+    assert df[PROVENANCE].notna().all().all(), df[PROVENANCE].isna().sum()
+    assert (df["gpu_uuid"].str.startswith("GPU-")).all()
+    assert (df["n_samples"] >= 10).all()
+    assert "TF32 off" in df["baseline_mode"].iloc[0]
+
+
+def test_negative_controls_caught_while_other_jobs_finish(tmp_path):
+    results = tmp_path / "results"
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "snakemake", "--cores", "1", "--keep-going", "all",
+            "--config", "studies=[controls]", f"results={results}",
+        ],
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
+    )
+    assert proc.returncode != 0, "the controls must fail their jobs"
+    slug = INFO.slug
+    good = results / slug / "controls" / "bench" / "02_coalescing.parquet"
+    assert good.is_file(), proc.stderr[-3000:]
+    assert pd.read_parquet(good)["correct"].all()
+    logs = results / "logs" / "controls" / "bench" / slug
+    expected = {
+        "90_wrong": "exceeds the tolerance",
+        "91_nan": "are NaN or Inf",
+        "92_oob": "wrote outside C",
+        "94_crash": "crashed",
+        "95_hang": "still running after 10 s",
+    }
+    for variant, needle in expected.items():
+        text = (logs / f"{variant}.log").read_text()
+        assert needle in text, f"{variant}: {text[-2000:]}"
+        assert f"controls/{variant} at M=" in text
+        assert "Traceback" not in text, text
+        assert not (results / slug / "controls" / "bench" / f"{variant}.parquet").exists()
+
+
+def _ncu_time_ns(variant, entry, size):
+    proc = subprocess.run(
+        [
+            "ncu", "--clock-control", "none", "--metrics", "gpu__time_duration.sum",
+            "--print-units", "base", "--csv", "-k", f"regex:^{entry}$", "--launch-skip", "2",
+            "--launch-count", "1", sys.executable, "-m", "kernelbook", "launch", "sgemm",
+            variant, "--size", size, "--repeat", "4",
+        ],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if line.startswith('"')]
+    rows = list(csv.DictReader(io.StringIO("\n".join(lines))))
+    vals = [r for r in rows if r["Metric Name"] == "gpu__time_duration.sum"]
+    assert len(vals) == 1, proc.stdout
+    assert vals[0]["Metric Unit"] in ("nsecond", "ns"), vals[0]
+    return float(vals[0]["Metric Value"].replace(",", ""))
+
+
+def test_event_timing_agrees_with_ncu(tmp_path):
+    df = bench(tmp_path, "02_coalescing", "2048", settings={})
+    median_ms = float(df["median_ms"].iloc[0])
+    assert median_ms > 1.0, "the comparison is meant for a kernel over 1 ms"
+    ncu_ms = _ncu_time_ns("02_coalescing", "sgemm_coalescing", "2048") / 1e6
+    assert abs(median_ms / ncu_ms - 1) < 0.03, (median_ms, ncu_ms)
+
+
+def test_back_to_back_measurements_agree(tmp_path):
+    a = bench(tmp_path, "02_coalescing", "2048", settings={})
+    b = bench(tmp_path, "02_coalescing", "2048", settings={})
+    ma, mb = float(a["median_ms"].iloc[0]), float(b["median_ms"].iloc[0])
+    assert abs(ma / mb - 1) < 0.02, (ma, mb)
+    assert (a["rse_median"] < 0.01).all()
+
+
+def test_graph_timing_for_tiny_kernels(tmp_path):
+    settings = {"timing": {"method": "graph", "cache": "warm", "min_time_s": 0.02, "max_time_s": 2}}
+    df = bench(tmp_path, "02_coalescing", "128", "256", settings=settings)
+    assert (df["timing_method"] == "graph").all()
+    assert (df["flush_bytes"] == 0).all()
+    assert (df["median_ms"] > 0).all() and (df["median_ms"] < 1).all()
+    events = bench(tmp_path, "02_coalescing", "256", settings={"timing": {"cache": "warm"}})
+    # a graph removes launch gaps, so it can only be faster, but not by orders of magnitude
+    ratio = float(df["median_ms"].iloc[1]) / float(events["median_ms"].iloc[0])
+    assert 0.3 < ratio < 1.1, ratio
+
+
+def test_device_table(tmp_path):
+    out = tmp_path / "device.parquet"
+    kb("device", "--out", str(out))
+    df = pd.read_parquet(out).set_index("quantity")["value"]
+    assert df["sm_count"] >= 1
+    assert df["l2_bytes"] > 1e6
+    assert df["copy_gbps"] > 500
+    assert 0 < df["cublas_fp32_tflops"] < df["fp32_peak_tflops"] * 1.05
+    assert df["cublas_bf16_tflops"] > df["cublas_fp32_tflops"]
+
+
+def test_cli_prints_a_table():
+    proc = kb("bench", "sgemm", "02_coalescing", "--size", "512", settings=FAST)
+    assert "% base" in proc.stdout and "512x512x512" in proc.stdout
+
+
+@pytest.mark.skipif(INFO is None or INFO.count < 2, reason="needs two GPUs")
+def test_concurrent_jobs_land_on_distinct_gpus(tmp_path):
+    results = tmp_path / "results"
+    slug = INFO.slug
+    targets = [str(results / slug / "sgemm" / "bench" / f"{v}.parquet") for v in ("01_naive", "02_coalescing")]
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "snakemake", "--cores", "4", "--resources", "gpu=2",
+            "--config", f"results={results}", "timing={min_time_s: 0.02, max_time_s: 2}",
+            *targets,
+        ],
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
+        env={**os.environ, "KERNELBOOK_LOCK_DIR": str(tmp_path / "locks")},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    uuids = {pd.read_parquet(t)["gpu_uuid"].iloc[0] for t in targets}
+    assert len(uuids) == 2, uuids
