@@ -10,7 +10,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+  stamp=/tmp/site/.kernelbook-wheels
+  if [ "$(ls .whl | sha256sum)" != "$(cat "$stamp" 2>/dev/null)" ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl
+    ls .whl | sha256sum > "$stamp"
+  fi
   export PATH=/tmp/site/bin:$PATH
 fi
 export PYTHONPATH=/tmp/site:$PWD/src${PYTHONPATH:+:$PYTHONPATH}

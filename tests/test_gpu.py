@@ -21,9 +21,24 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(INFO is None, reason=f"no GPU 
 
 FAST = {"timing": {"min_time_s": 0.02, "max_time_s": 2}}
 PROVENANCE = [
-    "gpu_name", "gpu_uuid", "driver_version", "cuda_version", "sm_clock_mhz", "mem_clock_mhz",
-    "temperature_c", "power_w", "throttle_reasons", "source_sha256", "defines", "nvcc_flags",
-    "nvcc_version", "git_commit", "seed", "measured_at", "baseline_mode", "cubin_sha256",
+    "gpu_name",
+    "gpu_uuid",
+    "driver_version",
+    "cuda_version",
+    "sm_clock_mhz",
+    "mem_clock_mhz",
+    "temperature_c",
+    "power_w",
+    "throttle_reasons",
+    "source_sha256",
+    "defines",
+    "nvcc_flags",
+    "nvcc_version",
+    "git_commit",
+    "seed",
+    "measured_at",
+    "baseline_mode",
+    "cubin_sha256",
 ]
 
 
@@ -31,9 +46,7 @@ def kb(*args, settings=None, timeout=900, check=True):
     cmd = [sys.executable, "-m", "kernelbook"]
     if settings is not None:
         cmd += ["--settings", json.dumps(settings)]
-    proc = subprocess.run(
-        [*cmd, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
-    )
+    proc = subprocess.run([*cmd, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"kernelbook {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -65,10 +78,21 @@ def test_negative_controls_caught_while_other_jobs_finish(tmp_path):
     results = tmp_path / "results"
     proc = subprocess.run(
         [
-            sys.executable, "-m", "snakemake", "--cores", "1", "--keep-going", "all",
-            "--config", "studies=[controls]", f"results={results}",
+            sys.executable,
+            "-m",
+            "snakemake",
+            "--cores",
+            "1",
+            "--keep-going",
+            "all",
+            "--config",
+            "studies=[controls]",
+            f"results={results}",
         ],
-        cwd=ROOT, capture_output=True, text=True, timeout=900,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert proc.returncode != 0, "the controls must fail their jobs"
     slug = INFO.slug
@@ -94,12 +118,35 @@ def test_negative_controls_caught_while_other_jobs_finish(tmp_path):
 def _ncu_time_ns(variant, entry, size):
     proc = subprocess.run(
         [
-            "ncu", "--clock-control", "none", "--metrics", "gpu__time_duration.sum",
-            "--print-units", "base", "--csv", "-k", f"regex:^{entry}$", "--launch-skip", "2",
-            "--launch-count", "1", sys.executable, "-m", "kernelbook", "launch", "sgemm",
-            variant, "--size", size, "--repeat", "4",
+            "ncu",
+            "--clock-control",
+            "none",
+            "--metrics",
+            "gpu__time_duration.sum",
+            "--print-units",
+            "base",
+            "--csv",
+            "-k",
+            f"regex:^{entry}$",
+            "--launch-skip",
+            "2",
+            "--launch-count",
+            "1",
+            sys.executable,
+            "-m",
+            "kernelbook",
+            "launch",
+            "sgemm",
+            variant,
+            "--size",
+            size,
+            "--repeat",
+            "4",
         ],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = [line for line in proc.stdout.splitlines() if line.startswith('"')]
@@ -158,14 +205,28 @@ def test_cli_prints_a_table():
 def test_concurrent_jobs_land_on_distinct_gpus(tmp_path):
     results = tmp_path / "results"
     slug = INFO.slug
-    targets = [str(results / slug / "sgemm" / "bench" / f"{v}.parquet") for v in ("01_naive", "02_coalescing")]
+    targets = [
+        str(results / slug / "sgemm" / "bench" / f"{v}.parquet")
+        for v in ("01_naive", "02_coalescing")
+    ]
     proc = subprocess.run(
         [
-            sys.executable, "-m", "snakemake", "--cores", "4", "--resources", "gpu=2",
-            "--config", f"results={results}", "timing={min_time_s: 0.02, max_time_s: 2}",
+            sys.executable,
+            "-m",
+            "snakemake",
+            "--cores",
+            "4",
+            "--resources",
+            "gpu=2",
+            "--config",
+            f"results={results}",
+            "timing={min_time_s: 0.02, max_time_s: 2}",
             *targets,
         ],
-        cwd=ROOT, capture_output=True, text=True, timeout=900,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
         env={**os.environ, "KERNELBOOK_LOCK_DIR": str(tmp_path / "locks")},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
