@@ -16,6 +16,7 @@ validate(config, "workflow/schemas/config.schema.yaml")
 include: "workflow/rules/common.smk"
 include: "workflow/rules/compile.smk"
 include: "workflow/rules/bench.smk"
+include: "workflow/rules/profile.smk"
 
 
 rule all:

@@ -231,6 +231,106 @@ def cmd_launch(args) -> int:
     return 0
 
 
+def _targets(args, project, study, variant, sizes):
+    """(variant to run, cubin, sizes) pairs; a tuned variant runs the candidate that won."""
+    build_dir = Path(args.build_dir)
+    if not variant.is_tuned:
+        cubin = Path(args.cubin) if args.cubin else build_dir / variant.id / "kernel.cubin"
+        return [(variant, cubin, sizes)]
+    from kernelbook import tables, tune
+
+    if not args.tuned_table:
+        raise cfg.ConfigError(f"{study.name}/{variant.id} is autotuned: give --tuned-table")
+    won = tune.winners(tables.read(args.tuned_table))
+    problem = problems.get(study.problem)
+    out = []
+    for s in sizes:
+        cand = won.get(problem.label(s))
+        if cand is None:
+            _eprint(
+                f"{study.name}/{variant.id}: no winning candidate at {problem.label(s)}; skipped"
+            )
+            continue
+        out.append((study.variant(cand), build_dir / cand / "kernel.cubin", [s]))
+    return out
+
+
+def cmd_profile(args) -> int:
+    from kernelbook import gpu, profile, tables
+
+    project, study, variant = _study_variant(args)
+    slot = gpu.acquire_slot()
+    rows = []
+    for run, cubin, sizes in _targets(args, project, study, variant, list(study.profile_sizes)):
+        part = profile.profile_variant(
+            project, study, run, cubin, sizes, Path(args.reports), slot.uuid
+        )
+        rows += [{**r, "variant": variant.id} for r in part]
+    tables.write(rows, args.out, "profile", study.size_names)
+    return 0
+
+
+def cmd_sanitize(args) -> int:
+    from kernelbook import gpu, sanitize, tables
+
+    project, study, variant = _study_variant(args)
+    slot = gpu.acquire_slot()
+    if variant.is_tuned:
+        headline = study.headline or study.profile_sizes[0]
+        targets = _targets(args, project, study, variant, [headline])
+    else:
+        targets = _targets(args, project, study, variant, [])
+    rows = []
+    for run, cubin, _ in targets:
+        size = study.sanitize_size_for(run)
+        if size is None:
+            _eprint(f"{study.name}/{run.id}: no size it can run at; not sanitized")
+            continue
+        part = sanitize.sanitize_variant(
+            project, study, run, cubin, size, slot.uuid, tools=study.sanitize_tools
+        )
+        rows += [{**r, "variant": variant.id} for r in part]
+    tables.write(rows, args.out, "sanitizer", study.size_names)
+    return 0
+
+
+def cmd_roofline(args) -> int:
+    from kernelbook import profile, tables
+
+    project = _project(args)
+    study = project.study(args.study)
+    prof = tables.read(args.profile)
+    meas = tables.read(args.measurements) if args.measurements else None
+    dev = tables.read(args.device) if args.device else None
+    problem = problems.get(study.problem)
+    out = profile.roofline(prof, meas, dev, study.size_names, problem.flops)
+    tables.write(out, args.out, "roofline", study.size_names)
+    return 0
+
+
+def cmd_sanitize_gate(args) -> int:
+    from kernelbook import sanitize, tables
+
+    table = tables.read(args.table)
+    problems_found = sanitize.gate(table, args.study)
+    if problems_found:
+        raise SanitizerFindings(
+            f"{args.study}: compute-sanitizer findings not marked as known (add known_findings "
+            "with the reason to the variant's config entry if they are understood):\n  "
+            + "\n  ".join(problems_found)
+        )
+    known = int((table["verdict"] == "known").sum())
+    Path(args.out).write_text(
+        f"{args.study}: {table['variant'].nunique()} variants x {table['tool'].nunique()} tools "
+        f"clean ({known} known findings)\n"
+    )
+    return 0
+
+
+class SanitizerFindings(RuntimeError):
+    """A study has sanitizer findings its config does not explain."""
+
+
 def cmd_device(args) -> int:
     from kernelbook import device, gpu
 
@@ -307,6 +407,37 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--check", action="store_true", help="check the first launch's result")
     s.set_defaults(fn=cmd_launch)
 
+    for name, fn, help_ in (
+        ("profile", cmd_profile, "Nsight Compute metrics of one variant at the profile sizes"),
+        ("sanitize", cmd_sanitize, "compute-sanitizer tools on one variant at a small size"),
+    ):
+        s = sub.add_parser(name, help=help_)
+        s.add_argument("study")
+        s.add_argument("variant")
+        s.add_argument("--out", required=True)
+        s.add_argument("--build-dir", required=True, help="results/build/<study>")
+        s.add_argument("--cubin", help="default: <build-dir>/<variant>/kernel.cubin")
+        s.add_argument("--tuned-table", help="for an autotuned variant: its tuned table")
+        if name == "profile":
+            s.add_argument("--reports", required=True, help="folder for the .ncu-rep files")
+        s.set_defaults(fn=fn)
+
+    s = sub.add_parser("roofline", help="derive the roofline table from a study's profile")
+    s.add_argument("study")
+    s.add_argument("--profile", required=True)
+    s.add_argument("--measurements")
+    s.add_argument("--device")
+    s.add_argument("--out", required=True)
+    s.set_defaults(fn=cmd_roofline)
+
+    s = sub.add_parser(
+        "sanitize-gate", help="fail on sanitizer findings the config does not explain"
+    )
+    s.add_argument("study")
+    s.add_argument("table")
+    s.add_argument("--out", required=True)
+    s.set_defaults(fn=cmd_sanitize_gate)
+
     s = sub.add_parser("device", help="NVML facts and measured ceilings of the GPU")
     s.add_argument("--out", required=True)
     s.set_defaults(fn=cmd_device)
@@ -331,6 +462,8 @@ def main(argv=None) -> int:
     from kernelbook.build import CompileError
     from kernelbook.gpu import NoGpu
     from kernelbook.problems.base import CheckError
+    from kernelbook.profile import ProfileError
+    from kernelbook.sanitize import SanitizeError
     from kernelbook.tables import TableError
     from kernelbook.timing import Hang
 
@@ -343,6 +476,16 @@ def main(argv=None) -> int:
         _eprint(f"kernelbook: error: {e}")
         sys.stderr.flush()
         os._exit(1)
-    except (cfg.ConfigError, CompileError, KernelFailure, CheckError, TableError, NoGpu) as e:
+    except (
+        cfg.ConfigError,
+        CompileError,
+        KernelFailure,
+        CheckError,
+        TableError,
+        NoGpu,
+        ProfileError,
+        SanitizeError,
+        SanitizerFindings,
+    ) as e:
         _eprint(f"kernelbook: error: {e}")
         return 1

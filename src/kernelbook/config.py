@@ -117,6 +117,7 @@ class Variant:
     says: str = ""
     predict: dict[str, float] = field(default_factory=dict)
     expect: str | None = None
+    known_findings: dict[str, str] = field(default_factory=dict)
     tuned_from: str | None = None  # the tuned variant this candidate belongs to
     tune_point: dict[str, int] = field(default_factory=dict)
     candidates: tuple[str, ...] = ()  # for a tuned variant: its candidates' ids
@@ -190,6 +191,18 @@ class Study:
     title: str = ""
     question: str = ""
     references: tuple[dict, ...] = ()
+    profile: dict[str, Any] = field(default_factory=dict)  # global settings + study's
+    profile_sizes: tuple[dict[str, int], ...] = ()
+    sanitize_tools: tuple[str, ...] = ()
+    sanitize_size: dict[str, int] | None = None
+
+    def sanitize_size_for(self, variant: Variant) -> dict[str, int] | None:
+        """The configured size, else the variant's smallest runnable size (None: none runs)."""
+        if self.sanitize_size is not None:
+            return self.sanitize_size
+        prob = problems.get(self.problem)
+        runnable = [s for s in self.sizes if not variant.unmet(s)]
+        return min(runnable, key=prob.flops) if runnable else None
 
     def variant(self, vid: str) -> Variant:
         for v in (*self.variants, *self.candidates):
@@ -300,6 +313,20 @@ def load_study(path: Path, settings: dict, root: Path) -> Study:
     if timing["method"] == "graph" and timing["cache"] == "cold":
         raise ConfigError(f"{shown}: timing.method 'graph' needs timing.cache 'warm'")
 
+    prob_raw = dict(raw.get("profile", {}))
+    profile_sizes = tuple(
+        _complete_size(z, problem.size_names, f"{shown}: profile.sizes[{i}]")
+        for i, z in enumerate(prob_raw.pop("sizes", []))
+    ) or ((headline,) if headline else (max(sizes, key=problem.flops),))
+    profile = {**settings["profile"], **prob_raw}
+    san_raw = raw.get("sanitize", {})
+    sanitize_size = None
+    if "size" in san_raw:
+        sanitize_size = _complete_size(
+            san_raw["size"], problem.size_names, f"{shown}: sanitize.size"
+        )
+    sanitize_tools = tuple(san_raw.get("tools", settings["sanitize"]["tools"]))
+
     variants, candidates, seen = [], [], set()
     for i, vraw in enumerate(raw["variants"]):
         where = f"{shown}: variants[{i}] ({vraw['id']})"
@@ -327,6 +354,10 @@ def load_study(path: Path, settings: dict, root: Path) -> Study:
         title=raw.get("title", name),
         question=raw.get("question", ""),
         references=tuple(raw.get("references", [])),
+        profile=profile,
+        profile_sizes=profile_sizes,
+        sanitize_tools=sanitize_tools,
+        sanitize_size=sanitize_size,
     )
 
 
@@ -466,6 +497,7 @@ def _variant(study, vraw, settings, root, problem, params, sizes, where):
         says=vraw.get("says", ""),
         predict=dict(vraw.get("predict", {})),
         expect=vraw.get("expect"),
+        known_findings=dict(vraw.get("known_findings", {})),
     )
     if not tune:
         defines = _resolve_defines(raw_defines, {}, where)

@@ -149,6 +149,14 @@ def measure_device(project, slot_uuid: str, log: Callable[[str], None] = print) 
         del src, dst
         cp.get_default_memory_pool().free_all_blocks()
 
+        from kernelbook import microbench
+
+        for quantity, (gbps, method) in microbench.measure(
+            timer, sms, int(props["l2CacheSize"]), int(project.settings["seed"])
+        ).items():
+            add(quantity, gbps, "GB/s", "measured", method)
+        cp.get_default_memory_pool().free_all_blocks()
+
         torch.backends.cuda.matmul.allow_tf32 = False
         gen = torch.Generator(device="cuda").manual_seed(int(project.settings["seed"]))
         for dtype, name, mode in (

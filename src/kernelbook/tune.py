@@ -5,6 +5,12 @@ from __future__ import annotations
 import pandas as pd
 
 
+def winners(tuned_table: pd.DataFrame) -> dict[str, str]:
+    """size label -> id of the candidate that won there."""
+    rows = tuned_table[(tuned_table["variant_kind"] == "tuned") & (tuned_table["status"] == "ok")]
+    return dict(zip(rows["size"], rows["tuned_from"], strict=True))
+
+
 def select(candidates: pd.DataFrame, tuned: str) -> pd.DataFrame:
     """All candidate rows, plus one ``tuned`` row per size: the fastest correct candidate.
 
@@ -16,9 +22,9 @@ def select(candidates: pd.DataFrame, tuned: str) -> pd.DataFrame:
         ok = group[group["status"] == "ok"]
         if len(ok):
             best = ok.loc[ok["median_ms"].idxmin()].copy()
+            best["tuned_from"] = best["variant"]  # the winning candidate
             best["variant"] = tuned
             best["variant_kind"] = "tuned"
-            best["tuned_from"] = tuned
         else:
             best = group.iloc[0].copy()
             reasons = sorted(set(group["reason"].dropna()))

@@ -8,17 +8,17 @@ rule bench:
         build=f"{R}/build/{{study}}/{{variant}}/build.parquet",
     output:
         f"{R}/{{gpu}}/{{study}}/bench/{{variant}}.parquet",
+    log:
+        f"{R}/logs/{{study}}/bench/{{gpu}}/{{variant}}.log",
+    conda:
+        "../envs/kernelbook.yaml"
+    resources:
+        gpu=1,
     params:
         spec=variant_spec,
         settings=settings_arg,
         tolerate=tolerate_flag,
         py=PY,
-    resources:
-        gpu=1,
-    log:
-        f"{R}/logs/{{study}}/bench/{{gpu}}/{{variant}}.log",
-    conda:
-        "../envs/kernelbook.yaml"
     shell:
         "{params.py} -m kernelbook --settings {params.settings} bench {wildcards.study} "
         "{wildcards.variant} --cubin {input.cubin} --build-table {input.build} --out {output} "
@@ -30,13 +30,13 @@ rule select_tuned:
         candidate_files,
     output:
         f"{R}/{{gpu}}/{{study}}/tuned/{{variant}}.parquet",
-    params:
-        settings=settings_arg,
-        py=PY,
     log:
         f"{R}/logs/{{study}}/select/{{gpu}}/{{variant}}.log",
     conda:
         "../envs/kernelbook.yaml"
+    params:
+        settings=settings_arg,
+        py=PY,
     shell:
         "{params.py} -m kernelbook --settings {params.settings} select {wildcards.study} "
         "{wildcards.variant} --out {output} {input} > {log} 2>&1"
@@ -47,12 +47,12 @@ rule measurements:
         bench_files,
     output:
         f"{R}/{{gpu}}/{{study}}/measurements.parquet",
-    params:
-        py=PY,
     log:
         f"{R}/logs/{{study}}/measurements/{{gpu}}.log",
     conda:
         "../envs/kernelbook.yaml"
+    params:
+        py=PY,
     shell:
         "{params.py} -m kernelbook gather measurements {output} {input} > {log} 2>&1"
 
@@ -60,14 +60,14 @@ rule measurements:
 rule device:
     output:
         f"{R}/{{gpu}}/device.parquet",
-    params:
-        settings=lambda w: shlex.quote(json.dumps({**SETTINGS, "studies": []})),
-        py=PY,
-    resources:
-        gpu=1,
     log:
         f"{R}/logs/device/{{gpu}}.log",
     conda:
         "../envs/kernelbook.yaml"
+    resources:
+        gpu=1,
+    params:
+        settings=lambda w: shlex.quote(json.dumps({**SETTINGS, "studies": []})),
+        py=PY,
     shell:
         "{params.py} -m kernelbook --settings {params.settings} device --out {output} > {log} 2>&1"

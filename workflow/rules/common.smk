@@ -55,7 +55,9 @@ def variant_spec(wildcards):
 
 def settings_arg(wildcards):
     """Global settings for one study's jobs, passed to the CLI as JSON."""
-    return shlex.quote(json.dumps({**SETTINGS, "studies": [wildcards.study]}, sort_keys=True))
+    return shlex.quote(
+        json.dumps({**SETTINGS, "studies": [wildcards.study]}, sort_keys=True)
+    )
 
 
 def job_ids(study):
@@ -64,7 +66,10 @@ def job_ids(study):
 
 def build_files(kind):
     def inputs(wildcards):
-        return [f"{R}/build/{wildcards.study}/{v}/{kind}.parquet" for v in job_ids(wildcards.study)]
+        return [
+            f"{R}/build/{wildcards.study}/{v}/{kind}.parquet"
+            for v in job_ids(wildcards.study)
+        ]
 
     return inputs
 
@@ -81,11 +86,43 @@ def bench_files(wildcards):
 
 def candidate_files(wildcards):
     v = variant_of(wildcards)
-    return [f"{R}/{wildcards.gpu}/{wildcards.study}/bench/{c}.parquet" for c in v.candidates]
+    return [
+        f"{R}/{wildcards.gpu}/{wildcards.study}/bench/{c}.parquet" for c in v.candidates
+    ]
 
 
 def tolerate_flag(wildcards):
     return "--tolerate-failure" if variant_of(wildcards).tuned_from else ""
+
+
+def tuned_inputs(wildcards):
+    v = variant_of(wildcards)
+    if v.is_tuned:
+        return {
+            "tuned": f"{R}/{wildcards.gpu}/{wildcards.study}/tuned/{v.id}.parquet",
+            "cubins": [
+                f"{R}/build/{wildcards.study}/{c}/kernel.cubin" for c in v.candidates
+            ],
+        }
+    return {"cubin": f"{R}/build/{wildcards.study}/{v.id}/kernel.cubin"}
+
+
+def tuned_arg(wildcards):
+    v = variant_of(wildcards)
+    if not v.is_tuned:
+        return ""
+    return f"--tuned-table {R}/{wildcards.gpu}/{wildcards.study}/tuned/{v.id}.parquet"
+
+
+def declared_variants(kind):
+    def inputs(wildcards):
+        study = study_of(wildcards)
+        return [
+            f"{R}/{wildcards.gpu}/{wildcards.study}/{kind}/{v.id}.parquet"
+            for v in study.variants
+        ]
+
+    return inputs
 
 
 def all_targets():
@@ -94,5 +131,12 @@ def all_targets():
         targets += [f"{R}/build/{name}/build.parquet", f"{R}/build/{name}/sass.parquet"]
         if GPU:
             base = f"{R}/{GPU_SLUG}/{name}"
-            targets += [f"{base}/measurements.parquet", f"{R}/{GPU_SLUG}/device.parquet"]
+            targets += [
+                f"{base}/measurements.parquet",
+                f"{R}/{GPU_SLUG}/device.parquet",
+                f"{base}/profile.parquet",
+                f"{base}/roofline.parquet",
+                f"{base}/sanitizer.parquet",
+                f"{base}/sanitize.ok",
+            ]
     return targets

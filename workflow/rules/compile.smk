@@ -8,14 +8,14 @@ rule compile:
         cubin=f"{R}/build/{{study}}/{{variant}}/kernel.cubin",
         build=f"{R}/build/{{study}}/{{variant}}/build.parquet",
         sass=f"{R}/build/{{study}}/{{variant}}/sass.parquet",
-    params:
-        spec=variant_spec,
-        settings=settings_arg,
-        py=PY,
     log:
         f"{R}/logs/{{study}}/compile/{{variant}}.log",
     conda:
         "../envs/kernelbook.yaml"
+    params:
+        spec=variant_spec,
+        settings=settings_arg,
+        py=PY,
     shell:
         "{params.py} -m kernelbook --settings {params.settings} compile {wildcards.study} "
         "{wildcards.variant} --cubin {output.cubin} --build {output.build} --sass {output.sass} "
@@ -27,12 +27,12 @@ rule build_table:
         build_files("build"),
     output:
         f"{R}/build/{{study}}/build.parquet",
-    params:
-        py=PY,
     log:
         f"{R}/logs/{{study}}/build_table.log",
     conda:
         "../envs/kernelbook.yaml"
+    params:
+        py=PY,
     shell:
         "{params.py} -m kernelbook gather build {output} {input} > {log} 2>&1"
 
@@ -42,11 +42,11 @@ rule sass_table:
         build_files("sass"),
     output:
         f"{R}/build/{{study}}/sass.parquet",
-    params:
-        py=PY,
     log:
         f"{R}/logs/{{study}}/sass_table.log",
     conda:
         "../envs/kernelbook.yaml"
+    params:
+        py=PY,
     shell:
         "{params.py} -m kernelbook gather sass {output} {input} > {log} 2>&1"

@@ -1,0 +1,344 @@
+"""Nsight Compute: profile one variant in its own process, read the report into rows,
+and derive the roofline table (FLOPs, bytes at DRAM/L2/L1, intensities, bounds)."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+# Sections give speed-of-light, occupancy with its limiters, launch resources, warp-stall
+# reasons and memory-workload counters; the metrics add what the roofline and the ladder's
+# questions need (FLOP counts by precision, bytes per level, bank conflicts, sectors).
+DEFAULT_SECTIONS = [
+    "SpeedOfLight",
+    "Occupancy",
+    "LaunchStats",
+    "WarpStateStats",
+    "MemoryWorkloadAnalysis",
+]
+FLOP_METRICS = {
+    f"sm__sass_thread_inst_executed_op_{p}{op}_pred_on.sum": (2 if op == "fma" else 1)
+    for p in ("f", "h", "d")
+    for op in ("add", "mul", "fma")
+}
+DEFAULT_METRICS = [
+    "gpu__time_duration.sum",
+    *FLOP_METRICS,
+    "sm__inst_executed_pipe_tensor_op_hmma.sum",
+    "sm__inst_executed_pipe_tensor_op_gmma.sum",
+    "dram__bytes_read.sum",
+    "dram__bytes_write.sum",
+    "lts__t_bytes.sum",
+    "l1tex__t_bytes.sum",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum",
+    "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",
+    "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum",
+    "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum",
+    "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum",
+    "sm__warps_active.avg.pct_of_peak_sustained_active",
+    "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
+    "launch__registers_per_thread",
+    "launch__occupancy_limit_registers",
+    "launch__occupancy_limit_shared_mem",
+    "launch__occupancy_limit_warps",
+    "launch__occupancy_limit_blocks",
+]
+STALL_PREFIX = "smsp__average_warps_issue_stalled_"
+STALL_SUFFIX = "_per_issue_active.ratio"
+
+
+class ProfileError(RuntimeError):
+    """ncu could not profile the variant, or its report could not be read."""
+
+
+def ncu_exe() -> str:
+    exe = shutil.which("ncu")
+    if not exe:
+        raise ProfileError("ncu (Nsight Compute) is not on PATH")
+    return exe
+
+
+def ncu_version() -> str:
+    out = subprocess.run([ncu_exe(), "--version"], capture_output=True, text=True).stdout
+    return out.strip().splitlines()[-1] if out.strip() else "unknown"
+
+
+def ncu_command(entry: str, report: Path, launch_cmd: list[str], prof: dict) -> list[str]:
+    """The ncu call for one kernel launch; ``prof`` is a study's resolved profile settings."""
+    cmd = [
+        ncu_exe(),
+        "--clock-control",
+        prof.get("clock_control", "none"),
+        "--cache-control",
+        "all",
+        "--target-processes",
+        "all",
+        "--force-overwrite",
+        "-k",
+        f"regex:^{entry}$",
+        "--launch-count",
+        "1",
+        "-o",
+        str(report),
+    ]
+    if prof.get("set"):
+        cmd += ["--set", prof["set"]]
+    for section in prof.get("sections", DEFAULT_SECTIONS):
+        cmd += ["--section", section]
+    metrics = list(DEFAULT_METRICS) + list(prof.get("metrics", []))
+    cmd += ["--metrics", ",".join(dict.fromkeys(metrics))]
+    return cmd + launch_cmd
+
+
+def run_ncu(entry: str, report: Path, launch_cmd: list[str], prof: dict, where: str, env) -> str:
+    cmd = ncu_command(entry, report, launch_cmd, prof)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+    except subprocess.TimeoutExpired:
+        raise ProfileError(f"{where}: ncu did not finish within 1800 s") from None
+    log = proc.stdout + proc.stderr
+    rep = Path(str(report) + ".ncu-rep")
+    if proc.returncode != 0 or not rep.is_file():
+        raise ProfileError(f"{where}: ncu failed (exit {proc.returncode}):\n{log[-4000:]}")
+    if "==PROF== Profiling" not in log:
+        raise ProfileError(f"{where}: ncu ran but profiled no kernel named {entry}:\n{log[-2000:]}")
+    return log
+
+
+def read_report(path: Path) -> tuple[str, list[tuple[str, float | None, str | None]]]:
+    """The first profiled kernel's name and its metrics as (name, value, unit)."""
+    try:
+        import ncu_report
+    except ImportError as e:
+        raise ProfileError(
+            f"the ncu_report module is missing (pip install ncu-report): {e}"
+        ) from None
+    ctx = ncu_report.load_report(str(path))
+    if ctx.num_ranges() == 0 or ctx.range_by_idx(0).num_actions() == 0:
+        raise ProfileError(f"{path}: the report holds no profiled kernel")
+    action = ctx.range_by_idx(0).action_by_idx(0)
+    rows = []
+    for name in sorted(action.metric_names()):
+        metric = action.metric_by_name(name)
+        try:
+            value = float(metric.value())
+        except (TypeError, ValueError):
+            continue  # strings (device names, section descriptions) are not metrics
+        if math.isnan(value):
+            value = None
+        rows.append((name, value, metric.unit() or None))
+    return action.name(), rows
+
+
+def profile_variant(
+    project,
+    study,
+    variant,
+    cubin: Path,
+    sizes,
+    report_dir: Path,
+    slot_uuid: str,
+    log=lambda s: print(s, file=sys.stderr, flush=True),
+) -> list[dict]:
+    """Profile ``variant`` at each size in its own ncu process; rows of the profile table."""
+    from kernelbook import gpu, problems
+    from kernelbook.build import sha256_file
+
+    problem = problems.get(study.problem)
+    facts = gpu.device_facts(slot_uuid)
+    version = ncu_version()
+    prov = {
+        "study": study.name,
+        "variant": variant.id,
+        "clock_control": study.profile.get("clock_control", "none"),
+        "gpu_name": facts["gpu_name"],
+        "gpu_uuid": facts["gpu_uuid"],
+        "driver_version": facts["driver_version"],
+        "ncu_version": version,
+        "source_sha256": sha256_file(project.root / variant.source),
+        "git_commit": gpu.git_commit(project.root),
+    }
+    env = {**os.environ, "KERNELBOOK_SLOT_HELD": "1", "CUDA_VISIBLE_DEVICES": slot_uuid}
+    report_dir.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for s in sizes:
+        label = problem.label(s)
+        where = f"{study.name}/{variant.id} at {label}"
+        unmet = variant.unmet(s)
+        if unmet:
+            log(f"{where}: not profiled, requires {' and '.join(unmet)}")
+            continue
+        report = report_dir / label
+        launch = [
+            sys.executable,
+            "-m",
+            "kernelbook",
+            "--settings",
+            _settings_json(project, study),
+            "launch",
+            study.name,
+            variant.id,
+            "--size",
+            label,
+            "--cubin",
+            str(cubin),
+        ]
+        run_ncu(variant.entry, report, launch, study.profile, where, env)
+        kernel, metrics = read_report(Path(str(report) + ".ncu-rep"))
+        log(f"{where}: {len(metrics)} metrics from {report.name}.ncu-rep")
+        now = gpu.now()
+        for name, value, unit in metrics:
+            rows.append(
+                {
+                    **prov,
+                    **s,
+                    "size": label,
+                    "metric": name,
+                    "value": value,
+                    "unit": unit,
+                    "kernel": kernel,
+                    "report": f"{report.name}.ncu-rep",
+                    "measured_at": now,
+                }
+            )
+    return rows
+
+
+def _settings_json(project, study) -> str:
+    import json
+
+    return json.dumps({**project.settings, "studies": [study.name]})
+
+
+# ------------------------------------------------------------------------------------------
+# Roofline
+
+
+def _metric(wide: pd.Series, name: str) -> float:
+    v = wide.get(name)
+    return float(v) if v is not None and not pd.isna(v) else math.nan
+
+
+def _div(a: float, b: float) -> float | None:
+    return a / b if b and not math.isnan(a) and not math.isnan(b) else None
+
+
+def ceilings(device: pd.DataFrame) -> dict[str, float]:
+    q = device.set_index("quantity")["value"]
+    return {
+        k: float(q[k])
+        for k in ("copy_gbps", "l2_gbps", "l1_gbps", "fp32_peak_tflops", "cublas_fp32_tflops")
+        if k in q.index
+    }
+
+
+def bound(ai: dict[str, float | None], ceil: dict[str, float]) -> str | None:
+    """The ceiling that limits attainable FLOP/s at these intensities (lowest roof)."""
+    roofs = {}
+    if "fp32_peak_tflops" in ceil:
+        roofs["compute"] = ceil["fp32_peak_tflops"] * 1e3  # GFLOP/s
+    for level, key in (("dram", "copy_gbps"), ("l2", "l2_gbps"), ("l1", "l1_gbps")):
+        if key in ceil and ai.get(level):
+            roofs[level] = ceil[key] * ai[level]
+    return min(roofs, key=roofs.get) if roofs else None
+
+
+def roofline(
+    profile: pd.DataFrame,
+    measurements: pd.DataFrame | None,
+    device: pd.DataFrame | None,
+    size_names: tuple[str, ...],
+    flop_expected,
+) -> pd.DataFrame:
+    """One row per (variant, size) of the profile table: work, traffic, intensities, bounds."""
+    ceil = ceilings(device) if device is not None else {}
+    out = []
+    for (study, variant, size), grp in profile.groupby(["study", "variant", "size"], sort=False):
+        wide = grp.set_index("metric")["value"]
+        first = grp.iloc[0]
+        sizes = {n: int(first[n]) for n in size_names}
+        flop = sum(_metric(wide, m) * w for m, w in FLOP_METRICS.items() if m in wide.index)
+        dram = _metric(wide, "dram__bytes_read.sum") + _metric(wide, "dram__bytes_write.sum")
+        l2, l1 = _metric(wide, "lts__t_bytes.sum"), _metric(wide, "l1tex__t_bytes.sum")
+        t_ms = _metric(wide, "gpu__time_duration.sum") / 1e6
+        ai = {"dram": _div(flop, dram), "l2": _div(flop, l2), "l1": _div(flop, l1)}
+        stalls = {
+            m[len(STALL_PREFIX) : -len(STALL_SUFFIX)]: float(v)
+            for m, v in wide.items()
+            if m.startswith(STALL_PREFIX)
+            and m.endswith(STALL_SUFFIX)
+            and not pd.isna(v)
+            and m[len(STALL_PREFIX) : -len(STALL_SUFFIX)] != "selected"
+        }
+        top = max(stalls, key=stalls.get) if stalls else None
+        event = None
+        if measurements is not None and len(measurements):
+            hit = measurements[
+                (measurements["variant"] == variant)
+                & (measurements["size"] == size)
+                & (measurements["status"] == "ok")
+            ]
+            if len(hit):
+                event = float(hit["median_ms"].iloc[0])
+        sec = t_ms / 1e3
+        out.append(
+            {
+                "study": study,
+                "variant": variant,
+                **sizes,
+                "size": size,
+                "flop": flop,
+                "flop_expected": float(flop_expected(sizes)),
+                "dram_bytes": dram,
+                "l2_bytes": l2,
+                "l1_bytes": l1,
+                "ncu_time_ms": t_ms,
+                "ai_dram": ai["dram"],
+                "ai_l2": ai["l2"],
+                "ai_l1": ai["l1"],
+                "tflops": _div(flop, sec * 1e12),
+                "dram_gbps": _div(dram, sec * 1e9),
+                "l2_gbps": _div(l2, sec * 1e9),
+                "l1_gbps": _div(l1, sec * 1e9),
+                "event_median_ms": event,
+                "event_over_ncu": _div(event, t_ms) if event else None,
+                "sm_throughput_pct": _metric(
+                    wide, "sm__throughput.avg.pct_of_peak_sustained_elapsed"
+                ),
+                "memory_throughput_pct": _metric(
+                    wide, "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"
+                ),
+                "achieved_occupancy_pct": _metric(
+                    wide, "sm__warps_active.avg.pct_of_peak_sustained_active"
+                ),
+                "registers_per_thread": _metric(wide, "launch__registers_per_thread"),
+                "smem_bank_conflicts_ld": _metric(
+                    wide, "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum"
+                ),
+                "smem_bank_conflicts_st": _metric(
+                    wide, "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum"
+                ),
+                "global_ld_sectors_per_request": _div(
+                    _metric(wide, "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum"),
+                    _metric(wide, "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum"),
+                ),
+                "global_st_sectors_per_request": _div(
+                    _metric(wide, "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum"),
+                    _metric(wide, "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum"),
+                ),
+                "top_stall": top,
+                "top_stall_ratio": stalls.get(top) if top else None,
+                "bound": bound(ai, ceil),
+                "gpu_name": first["gpu_name"],
+                "gpu_uuid": first["gpu_uuid"],
+            }
+        )
+    return pd.DataFrame(out)
