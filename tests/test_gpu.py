@@ -232,3 +232,77 @@ def test_concurrent_jobs_land_on_distinct_gpus(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     uuids = {pd.read_parquet(t)["gpu_uuid"].iloc[0] for t in targets}
     assert len(uuids) == 2, uuids
+
+
+def _compile(tmp_path, study, variant, settings=None):
+    cubin = tmp_path / "build" / variant / "kernel.cubin"
+    kb("compile", study, variant, "--cubin", str(cubin), settings=settings)
+    return tmp_path / "build"
+
+
+@pytest.mark.parametrize("variant", ["01_naive", "02_coalescing"])
+def test_profile_counts_the_gemm_ffmas(tmp_path, variant):
+    build_dir = _compile(tmp_path, "sgemm", variant)
+    out = tmp_path / "profile.parquet"
+    kb(
+        "profile",
+        "sgemm",
+        variant,
+        "--build-dir",
+        str(build_dir),
+        "--reports",
+        str(tmp_path / "reports"),
+        "--out",
+        str(out),
+    )
+    df = pd.read_parquet(out)
+    assert list((tmp_path / "reports").glob("*.ncu-rep")), "the .ncu-rep is kept"
+    row = df[df["metric"] == "sm__sass_thread_inst_executed_op_ffma_pred_on.sum"].iloc[0]
+    mnk = row["M"] * row["N"] * row["K"]
+    assert abs(row["value"] / mnk - 1) < 0.01, (row["value"], mnk)
+    assert (df["clock_control"] == "none").all()
+    # the roofline derivation counts 2 FLOP per FFMA
+    roof = tmp_path / "roofline.parquet"
+    kb("roofline", "sgemm", "--profile", str(out), "--out", str(roof))
+    r = pd.read_parquet(roof).iloc[0]
+    assert abs(r["flop"] / (2 * mnk) - 1) < 0.01
+    assert r["dram_bytes"] > 0 and r["l2_bytes"] >= r["dram_bytes"] * 0.5
+    assert r["top_stall"]
+
+
+CONTROLS = {"studies": ["controls"]}
+
+
+@pytest.mark.parametrize(
+    ("variant", "tool", "verdict"),
+    [
+        ("92_oob", "memcheck", "findings"),
+        ("93_race", "racecheck", "findings"),
+        ("02_coalescing", None, "clean"),
+    ],
+)
+def test_sanitizer_flags_the_controls_and_passes_a_good_kernel(tmp_path, variant, tool, verdict):
+    build_dir = _compile(tmp_path, "controls", variant, settings=CONTROLS)
+    out = tmp_path / "sanitizer.parquet"
+    kb(
+        "sanitize",
+        "controls",
+        variant,
+        "--build-dir",
+        str(build_dir),
+        "--out",
+        str(out),
+        settings=CONTROLS,
+    )
+    df = pd.read_parquet(out).set_index("tool")
+    assert set(df.index) == {"memcheck", "racecheck", "initcheck", "synccheck"}
+    if tool is None:
+        assert (df["verdict"] == "clean").all(), df
+        gate = kb("sanitize-gate", "controls", str(out), "--out", str(tmp_path / "ok"))
+        assert gate.returncode == 0
+    else:
+        assert df.loc[tool, "verdict"] == verdict
+        assert df.loc[tool, "errors"] > 0
+        assert ".cu:" in df.loc[tool, "first_finding"]  # -lineinfo names the source line
+        gate = kb("sanitize-gate", "controls", str(out), "--out", str(tmp_path / "ok"), check=False)
+        assert gate.returncode == 1 and f"controls/{variant}" in gate.stderr
