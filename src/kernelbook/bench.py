@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernelbook import gpu, problems
+from kernelbook import gpu, problems, tables
 from kernelbook.build import sha256_file
 from kernelbook.config import Project, Study, Variant
 from kernelbook.problems.base import CheckError
@@ -180,8 +180,11 @@ def bench_variant(
         **b.provenance,
     }
 
+    columns = dict.fromkeys(tables.schema("measurements", problem.size_names).names)
+
     def blank(s, status, reason):
         return {
+            **columns,
             **static,
             **s,
             "size": problem.label(s),

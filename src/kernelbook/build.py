@@ -32,6 +32,7 @@ class Resources:
 
 _ENTRY = re.compile(r"Compiling entry function '([^']+)' for '([^']+)'")
 _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_PROPS = re.compile(r"Function properties for (\S+)")
 _USED = re.compile(r"Used (\d+) registers")
 _BARRIERS = re.compile(r"used (\d+) barriers")
 _SMEM = re.compile(r"(\d+) bytes smem")
@@ -48,11 +49,17 @@ def parse_ptxas(log: str) -> dict[str, Resources]:
         if current is not None and "registers" in fields:
             out[current] = Resources(current, **fields)  # type: ignore[arg-type]
 
+    properties_of: str | None = None  # 'Function properties for X' names whose line follows
     for line in log.splitlines():
+        m = _PROPS.search(line)
+        if m:
+            properties_of = m.group(1)
+            continue
         m = _ENTRY.search(line)
         if m:
             close()
             current = m.group(1)
+            properties_of = None
             fields = {
                 "barriers": 0,
                 "smem_static_bytes": 0,
@@ -65,7 +72,7 @@ def parse_ptxas(log: str) -> dict[str, Resources]:
         if current is None:
             continue
         m = _FRAME.search(line)
-        if m:
+        if m and properties_of in (None, current):
             fields["stack_bytes"], fields["spill_store_bytes"], fields["spill_load_bytes"] = (
                 int(g) for g in m.groups()
             )

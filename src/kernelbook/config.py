@@ -133,7 +133,10 @@ class Variant:
     def unmet(self, sizes: dict[str, int]) -> list[str]:
         """The ``requires`` conditions these sizes fail."""
         env = self.env(sizes)
-        return [r for r in self.requires if not expr.evaluate(r, env)]
+        try:
+            return [r for r in self.requires if not expr.evaluate(r, env)]
+        except expr.ExprError as e:
+            raise ConfigError(f"{self.study}/{self.id}: requires at {sizes}: {e}") from None
 
     def launch(self, sizes: dict[str, int]) -> Launch:
         env = self.env(sizes)
@@ -312,6 +315,8 @@ def load_study(path: Path, settings: dict, root: Path) -> Study:
         raise ConfigError(f"{shown}: timing.{_where(e.absolute_path)}: {e.message}") from None
     if timing["method"] == "graph" and timing["cache"] == "cold":
         raise ConfigError(f"{shown}: timing.method 'graph' needs timing.cache 'warm'")
+    if timing["max_samples"] < timing["min_samples"]:
+        raise ConfigError(f"{shown}: timing.max_samples is below timing.min_samples")
 
     prob_raw = dict(raw.get("profile", {}))
     profile_sizes = tuple(
@@ -408,6 +413,12 @@ def expand_sizes(groups: list[dict], names: tuple[str, ...], where: str) -> list
 def _complete_size(group: dict, names: tuple[str, ...], where: str) -> dict[str, int]:
     if not isinstance(group, dict):
         raise ConfigError(f"{where}: expected a mapping of size names")
+    unknown = set(group) - set(names)
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown size name(s) {', '.join(sorted(unknown))} (this problem has "
+            f"{', '.join(names)})"
+        )
     values = {k: v for k, v in group.items() if not isinstance(v, str)}
     pending = {k: v for k, v in group.items() if isinstance(v, str)}
     for k, v in values.items():

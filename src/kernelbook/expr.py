@@ -52,6 +52,15 @@ def _need_ints(name, *args):
 
 
 FUNCTIONS = {"cdiv": _cdiv, "min": min, "max": max, "abs": abs, "log2": _log2, "is_pow2": _is_pow2}
+# (fewest, most) arguments of each function
+ARITY = {
+    "cdiv": (2, 2),
+    "min": (2, 16),
+    "max": (2, 16),
+    "abs": (1, 1),
+    "log2": (1, 1),
+    "is_pow2": (1, 1),
+}
 
 _BINOPS = {
     ast.Add: operator.add,
@@ -78,6 +87,12 @@ def parse(text: str) -> ast.Expression:
         raise ExprError(f"expected an expression string, got {type(text).__name__}")
     if len(text) > MAX_LENGTH:
         raise ExprError(f"expression longer than {MAX_LENGTH} characters")
+    depth = deepest = 0
+    for ch in text:  # brackets add no tree depth, so count them in the text
+        depth += (ch in "([{") - (ch in ")]}")
+        deepest = max(deepest, depth)
+    if deepest > MAX_DEPTH:
+        raise ExprError("expression nested too deeply")
     try:
         tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError as e:
@@ -129,8 +144,10 @@ def _check(node: ast.AST, depth: int) -> None:
             raise ExprError(f"function '{what}' is not allowed (allowed: {', '.join(FUNCTIONS)})")
         if node.keywords:
             raise ExprError("keyword arguments are not allowed")
-        if not node.args:
-            raise ExprError(f"{node.func.id}() needs arguments")
+        lo, hi = ARITY[node.func.id]
+        if not lo <= len(node.args) <= hi:
+            want = str(lo) if lo == hi else f"{lo} to {hi}"
+            raise ExprError(f"{node.func.id}() takes {want} argument(s), got {len(node.args)}")
         for sub in node.args:
             if isinstance(sub, ast.Starred):
                 raise ExprError("starred arguments are not allowed")
@@ -155,7 +172,7 @@ def evaluate(text: str | int | float | bool, env: Mapping[str, int | float | boo
 
 def _eval(node: ast.AST, env):
     if isinstance(node, ast.Constant):
-        return node.value
+        return _bounded(node.value)
     if isinstance(node, ast.Name):
         if node.id in ("True", "False"):
             return node.id == "True"
@@ -169,7 +186,14 @@ def _eval(node: ast.AST, env):
             raise ExprError(f"power {left}**{right} is too large")
         if isinstance(node.op, ast.Div | ast.FloorDiv | ast.Mod) and right == 0:
             raise ExprError("division by zero")
-        return _bounded(_BINOPS[type(node.op)](left, right))
+        if isinstance(node.op, ast.Pow) and left == 0 and right < 0:
+            raise ExprError("zero to a negative power")
+        if isinstance(node.op, ast.Pow) and left < 0 and not float(right).is_integer():
+            raise ExprError(f"({left})**{right} is not a real number")
+        try:
+            return _bounded(_BINOPS[type(node.op)](left, right))
+        except (ZeroDivisionError, OverflowError) as e:
+            raise ExprError(str(e)) from None
     if isinstance(node, ast.UnaryOp):
         value = _eval(node.operand, env)
         if isinstance(node.op, ast.Not):
@@ -202,6 +226,8 @@ def _pow_too_large(base, exp) -> bool:
 
 
 def _bounded(value):
+    if isinstance(value, complex):
+        raise ExprError(f"value {value} is not a real number")
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= MAX_MAGNITUDE:
         raise ExprError(f"value {value} is out of range")
     if isinstance(value, float) and not math.isfinite(value):
@@ -218,4 +244,4 @@ def evaluate_int(text, env) -> int:
         if not value.is_integer():
             raise ExprError(f"expected an integer, got {value}")
         value = int(value)
-    return value
+    return _bounded(value)

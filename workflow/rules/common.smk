@@ -60,6 +60,17 @@ def settings_arg(wildcards):
     )
 
 
+BUILD_KEYS = ("arch", "nvcc_flags", "study_dir", "results")
+
+
+def build_settings_arg(wildcards):
+    """Only what changes a build: timing or GPU settings must not recompile anything."""
+    keep = {k: SETTINGS[k] for k in BUILD_KEYS}
+    return shlex.quote(
+        json.dumps({**keep, "studies": [wildcards.study]}, sort_keys=True)
+    )
+
+
 def job_ids(study):
     return [v.id for v in PROJECT.study(study).jobs()]
 

@@ -14,7 +14,7 @@ rule compile:
         "../envs/kernelbook.yaml"
     params:
         spec=variant_spec,
-        settings=settings_arg,
+        settings=build_settings_arg,
         py=PY,
     shell:
         "{params.py} -m kernelbook --settings {params.settings} compile {wildcards.study} "

@@ -1,0 +1,132 @@
+"""Shared fixtures of the CPU suite: the repository, temporary copies of it, subprocess helpers.
+
+Nothing here needs a GPU. The Snakemake and CLI tests run in a copy of the repository under
+pytest's tmp_path, with PYTHONPATH pointing at the copy's src, so the pipeline's jobs import
+the copied kernelbook and write only into the copy.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+# What a checkout needs to run the pipeline (results/, .snakemake/ and caches stay behind).
+COPY_ITEMS = ("Snakefile", "workflow", "config", "kernels", "profiles", "src")
+_IGNORE = shutil.ignore_patterns("__pycache__", "*.egg-info", "*.pyc", ".snakemake", "results")
+
+
+def copy_repo(dest: Path) -> Path:
+    """Copy what the pipeline needs from the real repository into ``dest``."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for item in COPY_ITEMS:
+        src = REPO / item
+        if src.is_dir():
+            shutil.copytree(src, dest / item, ignore=_IGNORE)
+        else:
+            shutil.copy2(src, dest / item)
+    return dest
+
+
+def copy_env(root: Path) -> dict[str, str]:
+    """Environment under which `python -m kernelbook` imports the copy at ``root``."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(root / "src"), *filter(None, [env.get("PYTHONPATH")])])
+    env.pop("SNAKEMAKE_PROFILE", None)
+    return env
+
+
+def run_in(root: Path, args: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run ``python <args>`` in ``root`` with the copy's src first on the path."""
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=root,
+        env=copy_env(root),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def snakemake(root: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return run_in(root, ["-m", "snakemake", *args], timeout=timeout)
+
+
+def kernelbook_cli(root: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return run_in(root, ["-m", "kernelbook", *args], timeout=timeout)
+
+
+_RULE = re.compile(r"^(?:local)?rule (\w+):\s*$")
+_WILDCARDS = re.compile(r"^\s+wildcards: (.*)$")
+
+
+def planned_jobs(output: str) -> list[tuple[str, dict[str, str]]]:
+    """(rule, wildcards) of every job a dry run (-n) lists."""
+    jobs: list[tuple[str, dict[str, str]]] = []
+    for line in output.splitlines():
+        m = _RULE.match(line)
+        if m:
+            jobs.append((m.group(1), {}))
+            continue
+        m = _WILDCARDS.match(line)
+        if m and jobs:
+            for pair in m.group(1).split(", "):
+                k, _, v = pair.partition("=")
+                jobs[-1][1][k.strip()] = v.strip()
+    return jobs
+
+
+def has_gpu() -> bool:
+    try:
+        from kernelbook import gpu
+
+        return gpu.detect()[0] is not None
+    except Exception:
+        return False
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO
+
+
+@pytest.fixture
+def repo_copy(tmp_path) -> Path:
+    """A fresh copy of the repository (no results) for one test."""
+    return copy_repo(tmp_path / "repo")
+
+
+@pytest.fixture(scope="session")
+def nogpu_args() -> list[str]:
+    """Extra snakemake arguments that keep a run compile-only, also on a machine with a GPU."""
+    return ["--config", "gpu=none"] if has_gpu() else []
+
+
+@pytest.fixture(scope="session")
+def built_repo(tmp_path_factory, nogpu_args):
+    """A copy of the repository after one real `snakemake --cores 2 all` (compile only).
+
+    Returns (root, completed process). Tests that change files must work on a copy of it
+    (``clone_built``), since other tests read it.
+    """
+    root = copy_repo(tmp_path_factory.mktemp("built") / "repo")
+    proc = snakemake(root, "--cores", "2", "all", *nogpu_args, timeout=600)
+    return root, proc
+
+
+@pytest.fixture
+def clone_built(built_repo, tmp_path):
+    """A copy of the built repository (results and Snakemake metadata included)."""
+    root, proc = built_repo
+    if proc.returncode != 0:
+        pytest.fail(f"the initial pipeline run failed:\n{proc.stdout}\n{proc.stderr}")
+    dest = tmp_path / "repo"
+    shutil.copytree(root, dest, symlinks=True)
+    return dest

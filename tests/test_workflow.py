@@ -1,0 +1,396 @@
+"""The Snakemake pipeline and the CLI, run for real (compile only) in copies of the repository.
+
+Also the repository's own lint gates: snakemake --lint, snakefmt, ruff.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO, kernelbook_cli, planned_jobs, snakemake
+
+from kernelbook import config as cfg
+from kernelbook import tables
+
+pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
+
+GATHERS = {"build_table", "sass_table", "all"}
+
+
+def job_ids(root: Path, study: str = "sgemm") -> list[str]:
+    project = cfg.load_project_file(root / "config" / "config.yaml")
+    return [v.id for v in project.study(study).jobs()]
+
+
+def output(proc: subprocess.CompletedProcess) -> str:
+    return proc.stdout + proc.stderr
+
+
+def compiled_variants(jobs) -> list[str]:
+    return sorted(w["variant"] for rule, w in jobs if rule == "compile")
+
+
+def edit(path: Path, text: str) -> None:
+    """Change a file's content, and make sure its mtime moves past its outputs'."""
+    path.write_text(text)
+    later = time.time() + 2
+    os.utime(path, (later, later))
+
+
+# ------------------------------------------------------------------------------------------
+# Lint gates
+
+
+def test_snakemake_lint(repo_copy):
+    proc = snakemake(repo_copy, "--lint")
+    assert proc.returncode == 0, output(proc)
+
+
+def test_snakefmt_check():
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakefmt", "--check", "Snakefile", "workflow/"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, output(proc)
+
+
+def test_ruff_check():
+    proc = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "."],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, output(proc)
+
+
+def test_ruff_format_check():
+    proc = subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--check", "."],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, output(proc)
+
+
+# ------------------------------------------------------------------------------------------
+# The DAG
+
+
+def test_dry_run_lists_a_compile_job_per_variant(repo_copy, nogpu_args):
+    proc = snakemake(repo_copy, "-n", "all", *nogpu_args)
+    assert proc.returncode == 0, output(proc)
+    jobs = planned_jobs(output(proc))
+    ids = job_ids(repo_copy)
+    assert {"01_naive", "02_coalescing"} <= set(ids)
+    assert compiled_variants(jobs) == sorted(ids)
+    assert all(w.get("study") == "sgemm" for rule, w in jobs if rule == "compile")
+    assert sorted(rule for rule, _ in jobs if rule != "compile") == sorted(GATHERS)
+    # no GPU: nothing is benched
+    assert not [rule for rule, _ in jobs if rule in ("bench", "select_tuned", "device")]
+    assert not (repo_copy / "results").exists()  # a dry run writes nothing
+
+
+def test_full_run_without_gpu(built_repo):
+    root, proc = built_repo
+    assert proc.returncode == 0, output(proc)
+    notes = [line for line in proc.stderr.splitlines() if "no GPU here" in line]
+    assert len(notes) == 1, proc.stderr
+    assert notes[0].startswith("kernelbook: no GPU here (")
+    assert "compiling only" in notes[0] and "sgemm" in notes[0]
+
+    ids = job_ids(root)
+    build_table = root / "results" / "build" / "sgemm" / "build.parquet"
+    df = tables.read(build_table)
+    assert sorted(df["variant"]) == sorted(ids)
+    assert len(df) == len(ids)
+    assert (df["study"] == "sgemm").all()
+    assert (df["registers"] > 0).all()
+    plain = df[df["variant"].isin(["01_naive", "02_coalescing"])]
+    assert len(plain) == 2 and (plain["spill_store_bytes"] == 0).all()
+    assert (df["arch"] == "sm_90").all()
+    assert df["source_sha256"].str.fullmatch(r"[0-9a-f]{64}").all()
+    assert (df["nvcc_flags"].str.startswith("-O3 -lineinfo")).all()
+
+    sass = tables.read(root / "results" / "build" / "sgemm" / "sass.parquet")
+    assert sorted(set(sass["variant"])) == sorted(ids)
+    assert (sass["count"] > 0).all()
+    for vid in ids:
+        ops = set(sass.loc[sass["variant"] == vid, "op"])
+        assert {"FFMA", "LDG", "STG"} <= ops, (vid, ops)
+        counted = sass.loc[sass["variant"] == vid, "count"].sum()
+        assert counted == df.loc[df["variant"] == vid, "sass_instructions"].iloc[0]
+        vdir = root / "results" / "build" / "sgemm" / vid
+        assert (vdir / "kernel.cubin").read_bytes()[:4] == b"\x7fELF"
+        assert sorted(p.name for p in vdir.iterdir()) == [
+            "build.parquet",
+            "kernel.cubin",
+            "sass.parquet",
+        ]
+        log = (root / "results" / "logs" / "sgemm" / "compile" / f"{vid}.log").read_text()
+        assert f"sgemm/{vid}:" in log and "registers" in log
+    # nothing measured on a machine without a GPU
+    assert sorted(p.name for p in (root / "results").iterdir()) == ["build", "logs"]
+
+
+def test_second_run_does_nothing(built_repo, nogpu_args):
+    root, first = built_repo
+    assert first.returncode == 0, output(first)
+    proc = snakemake(root, "--cores", "2", "all", *nogpu_args)
+    assert proc.returncode == 0, output(proc)
+    assert "Nothing to be done" in output(proc)
+
+
+def test_editing_a_kernel_reruns_only_its_compile(clone_built, nogpu_args):
+    src = clone_built / "kernels" / "sgemm" / "02_coalescing.cu"
+    edit(src, src.read_text() + "\n// a comment: the source changed\n")
+    proc = snakemake(clone_built, "-n", "all", *nogpu_args)
+    assert proc.returncode == 0, output(proc)
+    jobs = planned_jobs(output(proc))
+    assert compiled_variants(jobs) == ["02_coalescing"]
+    assert {rule for rule, _ in jobs} == {"compile", *GATHERS}
+
+
+def test_touching_a_kernel_reruns_at_most_its_compile(clone_built, nogpu_args):
+    # Snakemake 9 compares the checksum of an input that is only newer: an unchanged file
+    # reruns nothing; a changed one (test above) reruns its variant. Never other variants.
+    src = clone_built / "kernels" / "sgemm" / "01_naive.cu"
+    later = time.time() + 2
+    os.utime(src, (later, later))
+    proc = snakemake(clone_built, "-n", "all", *nogpu_args)
+    assert proc.returncode == 0, output(proc)
+    jobs = planned_jobs(output(proc))
+    assert compiled_variants(jobs) in ([], ["01_naive"])
+    assert {rule for rule, _ in jobs} <= {"compile", *GATHERS}
+
+
+def test_changing_a_variants_config_reruns_only_its_compile(clone_built, nogpu_args):
+    path = clone_built / "config" / "studies" / "sgemm.yaml"
+    data = yaml.safe_load(path.read_text())
+    for v in data["variants"]:
+        if v["id"] == "01_naive":
+            v["nvcc_flags"] = ["-Xptxas", "-O2"]
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    proc = snakemake(clone_built, "-n", "all", *nogpu_args)
+    assert proc.returncode == 0, output(proc)
+    jobs = planned_jobs(output(proc))
+    assert compiled_variants(jobs) == ["01_naive"]
+    assert {rule for rule, _ in jobs} == {"compile", *GATHERS}
+
+
+def test_adding_a_variant_adds_only_its_jobs(clone_built, nogpu_args):
+    root = clone_built
+    shutil.copy(
+        root / "kernels" / "sgemm" / "01_naive.cu", root / "kernels" / "sgemm" / "50_extra.cu"
+    )
+    path = root / "config" / "studies" / "sgemm.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["variants"].append(
+        {
+            "id": "50_extra",
+            "entry": "sgemm_naive",
+            "defines": {"BS": 16},
+            "grid": ["cdiv(M, BS)", "cdiv(N, BS)"],
+            "block": ["BS", "BS"],
+            "says": "01 with 16x16 blocks",
+        }
+    )
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    before = job_ids(root)
+    assert before[-1] == "50_extra"
+
+    proc = snakemake(root, "-n", "all", *nogpu_args)
+    assert proc.returncode == 0, output(proc)
+    jobs = planned_jobs(output(proc))
+    assert compiled_variants(jobs) == ["50_extra"]
+    assert {rule for rule, _ in jobs} == {"compile", *GATHERS}
+
+    proc = snakemake(root, "--cores", "2", "all", *nogpu_args)
+    assert proc.returncode == 0, output(proc)
+    df = tables.read(root / "results" / "build" / "sgemm" / "build.parquet")
+    assert sorted(df["variant"]) == sorted(before)
+    assert "-DBS=16" in df.loc[df["variant"] == "50_extra", "nvcc_command"].iloc[0]
+
+
+def test_config_gpu_none(repo_copy):
+    proc = snakemake(repo_copy, "-n", "all", "--config", "gpu=none")
+    assert proc.returncode == 0, output(proc)
+    notes = [line for line in proc.stderr.splitlines() if "no GPU here" in line]
+    assert notes == [
+        "kernelbook: no GPU here (config says gpu: none): compiling only; bench and device "
+        "tables skipped for sgemm"
+    ]
+    jobs = planned_jobs(output(proc))
+    assert compiled_variants(jobs) == sorted(job_ids(repo_copy))
+    assert {rule for rule, _ in jobs} == {"compile", *GATHERS}
+
+
+def test_config_gpu_none_real_run(repo_copy):
+    proc = snakemake(repo_copy, "--cores", "2", "all", "--config", "gpu=none")
+    assert proc.returncode == 0, output(proc)
+    df = tables.read(repo_copy / "results" / "build" / "sgemm" / "build.parquet")
+    assert sorted(df["variant"]) == sorted(job_ids(repo_copy))
+
+
+def test_settings_that_do_not_touch_the_build_rerun_no_compile(clone_built):
+    proc = snakemake(clone_built, "-n", "all", "--config", "gpu=none")
+    assert proc.returncode == 0, output(proc)
+    assert compiled_variants(planned_jobs(output(proc))) == []
+
+
+@pytest.mark.parametrize(
+    "change, expect",
+    [
+        (lambda t: t + "\nbogus: 1\n", ["unknown key", "bogus"]),
+        (
+            lambda t: t.replace(
+                'grid: ["cdiv(M, BS)", "cdiv(N, BS)"]', "grid: [cdiv(M, BS), cdiv(N, BS)]"
+            ),
+            ["01_naive", "cut at their commas", "quote"],
+        ),
+    ],
+    ids=["unknown key", "unquoted grid"],
+)
+def test_broken_study_fails_with_the_config_error(repo_copy, change, expect):
+    path = repo_copy / "config" / "studies" / "sgemm.yaml"
+    text = path.read_text()
+    broken = change(text)
+    assert broken != text
+    path.write_text(broken)
+    proc = snakemake(repo_copy, "-n", "all")
+    assert proc.returncode != 0
+    out = output(proc)
+    assert "ConfigError" in out
+    assert "config/studies/sgemm.yaml: " in out, out
+    for e in expect:
+        assert e in out, out
+
+
+def test_compile_error_fails_only_its_job_with_keep_going(repo_copy):
+    broken = "02_coalescing"
+    src = repo_copy / "kernels" / "sgemm" / f"{broken}.cu"
+    src.write_text(src.read_text() + "\nthis is not C++;\n")
+    proc = snakemake(repo_copy, "--cores", "2", "--keep-going", "all")
+    out = output(proc)
+    assert proc.returncode != 0, out
+    assert "Error in rule compile" in out
+
+    log = (repo_copy / "results" / "logs" / "sgemm" / "compile" / f"{broken}.log").read_text()
+    assert f"kernelbook: error: sgemm/{broken}: nvcc failed" in log
+    assert "this is not C++" in log and "error" in log  # nvcc's own message
+    assert "Traceback" not in log
+
+    build_dir = repo_copy / "results" / "build" / "sgemm"
+    assert not (build_dir / broken).exists() or not any((build_dir / broken).iterdir())
+    others = [v for v in job_ids(repo_copy) if v != broken]
+    assert others
+    for vid in others:
+        for name in ("kernel.cubin", "build.parquet", "sass.parquet"):
+            assert (build_dir / vid / name).is_file(), (vid, name)
+    # the study tables need every variant, so they are not written
+    assert not (build_dir / "build.parquet").exists()
+
+
+# ------------------------------------------------------------------------------------------
+# The CLI
+
+
+def test_cli_list(repo_copy):
+    proc = kernelbook_cli(repo_copy, "list")
+    assert proc.returncode == 0, output(proc)
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("sgemm: gemm float32, baseline cublas, 8 sizes: 128x128x128, ")
+    assert lines[0].endswith("4096x4096x1000, 3000x3000x3000")
+    listed = [line.split()[0] for line in lines[1:] if line.startswith("  ")]
+    project = cfg.load_project_file(repo_copy / "config" / "config.yaml")
+    assert listed[: len(project.study("sgemm").variants)] == [
+        v.id for v in project.study("sgemm").variants
+    ]
+    assert "sgemm_naive" in proc.stdout
+
+
+def test_cli_compile(repo_copy, tmp_path):
+    out = tmp_path / "out"
+    proc = kernelbook_cli(
+        repo_copy,
+        "compile",
+        "sgemm",
+        "01_naive",
+        "--cubin",
+        str(out / "k.cubin"),
+        "--build",
+        str(out / "build.parquet"),
+        "--sass",
+        str(out / "sass.parquet"),
+    )
+    assert proc.returncode == 0, output(proc)
+    assert "sgemm/01_naive: " in proc.stderr and " registers, " in proc.stderr
+    row = tables.read(out / "build.parquet").iloc[0]
+    assert row["variant"] == "01_naive" and row["registers"] > 0
+    assert row["cubin_sha256"] == hashlib.sha256((out / "k.cubin").read_bytes()).hexdigest()
+    sass = tables.read(out / "sass.parquet")
+    assert sass["count"].sum() == row["sass_instructions"]
+
+
+def test_cli_compile_a_study_not_in_the_config(repo_copy, tmp_path):
+    proc = kernelbook_cli(
+        repo_copy,
+        "compile",
+        "controls",
+        "93_race",
+        "--cubin",
+        str(tmp_path / "k.cubin"),
+        "--build",
+        str(tmp_path / "build.parquet"),
+    )
+    assert proc.returncode == 0, output(proc)
+    row = tables.read(tmp_path / "build.parquet").iloc[0]
+    assert row["study"] == "controls" and row["smem_static_bytes"] == 8192
+
+
+@pytest.mark.parametrize(
+    "args, expect",
+    [
+        (["compile", "sgemm", "99_nope", "--cubin", "k.cubin"], ["99_nope", "01_naive"]),
+        (["compile", "nostudy", "01_naive", "--cubin", "k.cubin"], ["nostudy.yaml"]),
+        (["list", "nostudy"], ["nostudy"]),
+    ],
+    ids=["bad variant", "bad study", "list bad study"],
+)
+def test_cli_errors_are_one_line(repo_copy, args, expect):
+    proc = kernelbook_cli(repo_copy, *args)
+    assert proc.returncode == 1, output(proc)
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("kernelbook: error: ")
+    for e in expect:
+        assert e in lines[0]
+    assert not (repo_copy / "k.cubin").exists()
+
+
+def test_cli_compile_error(repo_copy, tmp_path):
+    src = repo_copy / "kernels" / "sgemm" / "01_naive.cu"
+    src.write_text(src.read_text() + "\nthis is not C++;\n")
+    proc = kernelbook_cli(
+        repo_copy, "compile", "sgemm", "01_naive", "--cubin", str(tmp_path / "out" / "k.cubin")
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("kernelbook: error: sgemm/01_naive: nvcc failed")
+    assert "this is not C++" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
