@@ -231,8 +231,8 @@ def test_config_gpu_none(repo_copy):
     assert proc.returncode == 0, output(proc)
     notes = [line for line in proc.stderr.splitlines() if "no GPU here" in line]
     assert notes == [
-        "kernelbook: no GPU here (config says gpu: none): compiling only; bench and device "
-        "tables skipped for sgemm"
+        "kernelbook: no GPU here (config says gpu: none): compiling only; bench, device, "
+        "profile and sanitize skipped for sgemm"
     ]
     jobs = planned_jobs(output(proc))
     assert compiled_variants(jobs) == sorted(job_ids(repo_copy))

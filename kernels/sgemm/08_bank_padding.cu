@@ -13,7 +13,7 @@
 //  Bs: padding the row length cannot help conflict (1): the colliding addresses are in the SAME k-row.
 //      So the pad goes inside the row: 4 unused words after every 32 columns (row length BN + BN/8).
 //      Logical n lives at n + (n/32)*4: threadCols c and c+4 now differ by 36 words (bank shift 4), and
-//      the 16 LDS.128 of a warp cover every bank exactly twice: the minimum 2 wavefronts.
+//      the 16 distinct float4 of a warp's LDS.128 cover every bank exactly twice: the minimum 2 wavefronts.
 //      The B-tile STS.128 stay conflict-free (each 32-column segment is one contiguous 128-B row).
 // Cost: (BK*4 + BK*BN/8) * 4 bytes of extra shared memory (640 B here), no extra instructions beyond 07.
 // What the profiler should show: l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum and

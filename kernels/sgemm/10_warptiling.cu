@@ -10,7 +10,9 @@
 // shared word (4 in 06-09); (2) the lanes of a warp share rows/cols of the warp tile, so its
 // shared-memory footprint per k is small and mostly broadcast; (3) register-level locality
 // maps to warps, which the scheduler issues as units; (4) fewer, fatter threads (128/block,
-// several blocks/SM) give ILP instead of TLP.
+// 2 blocks/SM) give ILP instead of TLP. ptxas: 228 registers/thread (128 accumulators + 24
+// fragment registers + addresses), so 2 blocks x 4 warps per SM; forcing 3 blocks
+// (MIN_BLOCKS=3, 168 registers) spills, so MIN_BLOCKS defaults to 1.
 // What the profiler should show: higher sm__inst_executed_pipe_fma share of all issued
 // instructions than 09's best, fewer l1tex__data_pipe_lsu_wavefronts_mem_shared per FFMA, stall
 // reasons dominated by "math pipe throttle"/"not selected" rather than mio_throttle; a remaining

@@ -13,13 +13,14 @@
 //                                 computing tile t-1, so stage (t+1)%2 may be overwritten)
 //          issue(tile t+1 -> stage (t+1)%2); commit   (empty group past the end)
 //          compute(stage t%2)
-// A copy mapping: element e = tid + i*NUM_THREADS of the BM x BK tile, row e/BK, k e%BK, so a
-// warp reads 2 full 64-byte row pieces (coalesced); stored at As[k][m ^ ((k%8)*4)] (XOR key a
-// multiple of 4: float4 reads stay contiguous; the stores are at most 2-way conflicted).
+// A copy mapping as in 10 (thread: one row m, one k-quad, 4 copies of 4 bytes, one source pointer);
+// stored at As[k][m] with rows padded to BM + 4 (bank shift 4 per k: a warp's stores, 8 rows x
+// 4 k-quads at BK=16, are 2-way conflicted; the LDS.128 reads stay aligned and use immediate offsets).
 // Why it should help: 10 stalls every tile on LDG latency before the barrier (stall "long
 // scoreboard"/"barrier"); here that latency is hidden, and no registers hold staged tiles.
 // What the profiler should show: smsp__pcsamp stall_long_scoreboard and stall_barrier shares drop,
-// LDGSTS instead of LDG+STS in the SASS, fewer registers than 10 and FFMA issue share up.
+// LDGSTS instead of LDG+STS in the SASS, FFMA issue share up. Registers stay ~10's (ptxas: 220 vs
+// 228; the 128 accumulators dominate), so still 2 blocks = 8 warps per SM.
 //
 // Sizes: any M and N remainder and any K remainder (zero-filled copies), with K % 4 == 0 and
 // N % 4 == 0 (16-byte B copies and float4 C accesses need aligned row starts).
@@ -71,15 +72,17 @@ static_assert(WSUBN % TN == 0 && WSUBM % TM == 0, "thread tiles must tile the wa
 static_assert((WSUBN / TN) * (WSUBM / TM) == WARPSIZE, "32 lanes must exactly cover a warp sub-tile");
 static_assert(TM % 4 == 0 && TN % 4 == 0, "TM, TN multiples of 4 (LDS.128 / STG.128)");
 static_assert(BK % 4 == 0 && BN % 4 == 0, "float4 loads");
-static_assert((BM * BK) % NUM_THREADS == 0, "A tile: the 4-byte copies must split evenly over the threads");
+static_assert(NUM_THREADS % (BK / 4) == 0 && BM % (NUM_THREADS / (BK / 4)) == 0,
+              "A tile: the k-quads must cover BM x BK exactly");
 static_assert(NUM_THREADS % (BN / 4) == 0 && BK % (NUM_THREADS / (BN / 4)) == 0,
               "B tile: the float4 loads must cover BK x BN exactly");
-static_assert(BM % 32 == 0, "As swizzle: BM must be a multiple of 32 (XOR key < 32)");
-static_assert(2 * (BM * BK + BK * BN) * 4 <= 48 * 1024, "static shared memory (2 stages) over 48 KiB");
+static_assert(2 * (BK * (BM + 4) + BK * BN) * 4 <= 48 * 1024, "static shared memory (2 stages) over 48 KiB");
 
-// As: transposed A tile, As[k][m], m XOR-swizzled by k%8 (key a multiple of 4 below 32: float4
-// groups stay contiguous and inside the row; a warp's 2 rows x 16 k stores are <= 2-way conflicted).
-#define AS_IDX(k, m) ((k) * BM + ((m) ^ (((k) % 8) * 4)))
+// As: transposed A tile, As[k][m], each k-row padded to BM + 4 words (16-byte multiple, so float4
+// reads stay aligned). Row k starts 4*k banks later, so a warp's 4-byte copies (8 rows m x 4
+// k-quads) are 2-way conflicted. Unlike an XOR swizzle, the read addresses are base + immediate.
+#define AS_LD (BM + 4)
+#define AS_IDX(k, m) ((k) * AS_LD + (m))
 
 __device__ __forceinline__ unsigned smem_u32(const void* p)
 {
@@ -102,9 +105,9 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 
 extern "C" __global__ void __launch_bounds__(NUM_THREADS, MIN_BLOCKS)
 sgemm_double_buffer(int M, int N, int K, float alpha, const float* __restrict__ A,
-                 const float* __restrict__ B, float beta, float* __restrict__ C)
+                    const float* __restrict__ B, float beta, float* __restrict__ C)
 {
-    __shared__ __align__(16) float As[2][BK * BM];
+    __shared__ __align__(16) float As[2][BK * AS_LD];
     __shared__ __align__(16) float Bs[2][BK * BN];
 
     const int tid = threadIdx.x;
@@ -118,6 +121,8 @@ sgemm_double_buffer(int M, int N, int K, float alpha, const float* __restrict__ 
     const int rowBase = blockIdx.y * BM;
     const int colBase = blockIdx.x * BN;
 
+    const int innerRowA = tid / (BK / 4), innerColA = tid % (BK / 4);   // A: row m, k-quad (as in 10)
+    constexpr int strideA = NUM_THREADS / (BK / 4);
     const int innerRowB = tid / (BN / 4), innerColB = tid % (BN / 4);
     constexpr int strideB = NUM_THREADS / (BN / 4);
 
@@ -135,12 +140,13 @@ sgemm_double_buffer(int M, int N, int K, float alpha, const float* __restrict__ 
     // Issue the async copies of the K-tile starting at k0 into stage st (zero fill out of range).
     auto issue_tile = [&](int k0, int st) {
 #pragma unroll
-        for (int it = 0; it < BM * BK / NUM_THREADS; ++it) {
-            const int e = tid + it * NUM_THREADS;
-            const int r = e / BK, c = e % BK;
+        for (int off = 0; off < BM; off += strideA) {
+            const int r = innerRowA + off, c = innerColA * 4;
             const int gr = rowBase + r, gc = k0 + c;
-            const bool ok = gr < M && gc < K;
-            cp_async_4(&As[st][AS_IDX(c, r)], ok ? &A[gr * K + gc] : A, ok);
+            const bool ok = gr < M && gc < K;          // K % 4 == 0: the 4 elements are all in or all out
+            const float* src = ok ? &A[gr * K + gc] : A;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) cp_async_4(&As[st][AS_IDX(c + j, r)], src + (ok ? j : 0), ok);
         }
 #pragma unroll
         for (int off = 0; off < BK; off += strideB) {
@@ -187,8 +193,8 @@ sgemm_double_buffer(int M, int N, int K, float alpha, const float* __restrict__ 
 #pragma unroll
                 for (int j = 0; j < WNITER * TN; ++j) acc[i][j] += regM[i] * regN[j];
         }
-        // no second barrier: the next iteration's barrier orders these reads before the
-        // copies that overwrite this stage (issued at iteration t+2, after that barrier)
+        // no second barrier: the copies that overwrite this stage (tile t+2) are issued in
+        // iteration t+1 after its barrier, which every thread reaches only after these reads
     }
 
     // epilogue: float4 read-modify-write (col % 4 == 0, N % 4 == 0: a float4 is all-in or all-out)

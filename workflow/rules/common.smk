@@ -24,8 +24,8 @@ GPU_SLUG = GPU.slug if GPU else "none"
 
 if GPU is None:
     print(
-        f"kernelbook: no GPU here ({NO_GPU_WHY}): compiling only; bench and device tables "
-        f"skipped for {', '.join(PROJECT.studies)}",
+        f"kernelbook: no GPU here ({NO_GPU_WHY}): compiling only; bench, device, profile and "
+        f"sanitize skipped for {', '.join(PROJECT.studies)}",
         file=sys.stderr,
     )
 
