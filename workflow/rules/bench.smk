@@ -10,6 +10,7 @@ rule bench:
         f"{R}/{{gpu}}/{{study}}/bench/{{variant}}.parquet",
     log:
         f"{R}/logs/{{study}}/bench/{{gpu}}/{{variant}}.log",
+    priority: 10
     conda:
         "../envs/kernelbook.yaml"
     resources:
@@ -32,6 +33,7 @@ rule select_tuned:
         f"{R}/{{gpu}}/{{study}}/tuned/{{variant}}.parquet",
     log:
         f"{R}/logs/{{study}}/select/{{gpu}}/{{variant}}.log",
+    priority: 10
     conda:
         "../envs/kernelbook.yaml"
     params:
@@ -62,6 +64,7 @@ rule device:
         f"{R}/{{gpu}}/device.parquet",
     log:
         f"{R}/logs/device/{{gpu}}.log",
+    priority: 20
     conda:
         "../envs/kernelbook.yaml"
     resources:

@@ -12,6 +12,7 @@ rule profile:
         reports=directory(f"{R}/{{gpu}}/{{study}}/profile/{{variant}}"),
     log:
         f"{R}/logs/{{study}}/profile/{{gpu}}/{{variant}}.log",
+    priority: 5
     conda:
         "../envs/kernelbook.yaml"
     resources:
@@ -70,6 +71,7 @@ rule sanitize:
         f"{R}/{{gpu}}/{{study}}/sanitize/{{variant}}.parquet",
     log:
         f"{R}/logs/{{study}}/sanitize/{{gpu}}/{{variant}}.log",
+    priority: 1
     conda:
         "../envs/kernelbook.yaml"
     resources:
