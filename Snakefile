@@ -17,9 +17,11 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/compile.smk"
 include: "workflow/rules/bench.smk"
 include: "workflow/rules/profile.smk"
+include: "workflow/rules/analysis.smk"
 
 
 rule all:
     default_target: True
     input:
         all_targets(),
+        worklog_targets(GPU_SLUG if GPU else None),

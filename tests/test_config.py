@@ -48,12 +48,12 @@ def test_global_settings_resolved(project):
     t = s["timing"]
     assert t["cache"] == "cold" and t["method"] == "events"
     assert t["graph_launches"] == 20  # default filled inside a nested mapping
-    assert t["min_samples"] == 10 and t["max_samples"] == 5000
+    assert t["min_samples"] == 10 and t["max_samples"] == 2000
     assert set(project.studies) == set(s["studies"])
 
 
 def test_sgemm_sizes_expanded_in_order(sgemm):
-    cube = [{"M": n, "N": n, "K": n} for n in (128, 256, 512, 1024, 2048, 4096)]
+    cube = [{"M": n, "N": n, "K": n} for n in (128, 256, 512, 1024, 2048, 4096, 8192)]
     assert list(sgemm.sizes) == [
         *cube,
         {"M": 4096, "N": 4096, "K": 1000},

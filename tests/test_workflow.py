@@ -211,7 +211,7 @@ def test_adding_a_variant_adds_only_its_jobs(clone_built, nogpu_args):
     )
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     before = job_ids(root)
-    assert before[-1] == "50_extra"
+    assert "50_extra" in before
 
     proc = snakemake(root, "-n", "all", *nogpu_args)
     assert proc.returncode == 0, output(proc)
@@ -313,7 +313,7 @@ def test_cli_list(repo_copy):
     proc = kernelbook_cli(repo_copy, "list")
     assert proc.returncode == 0, output(proc)
     lines = proc.stdout.splitlines()
-    assert lines[0].startswith("sgemm: gemm float32, baseline cublas, 8 sizes: 128x128x128, ")
+    assert lines[0].startswith("sgemm: gemm float32, baseline cublas, 9 sizes: 128x128x128, ")
     assert lines[0].endswith("4096x4096x1000, 3000x3000x3000")
     listed = [line.split()[0] for line in lines[1:] if line.startswith("  ")]
     project = cfg.load_project_file(repo_copy / "config" / "config.yaml")

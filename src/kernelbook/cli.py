@@ -331,6 +331,12 @@ class SanitizerFindings(RuntimeError):
     """A study has sanitizer findings its config does not explain."""
 
 
+def cmd_check(args) -> int:
+    from kernelbook import publish
+
+    return publish.check(_project(args), args.worklogs)
+
+
 def cmd_device(args) -> int:
     from kernelbook import device, gpu
 
@@ -437,6 +443,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("table")
     s.add_argument("--out", required=True)
     s.set_defaults(fn=cmd_sanitize_gate)
+
+    s = sub.add_parser("check", help="published worklogs stale against current sources (exit 1)")
+    s.add_argument("--worklogs", default="worklogs")
+    s.set_defaults(fn=cmd_check)
 
     s = sub.add_parser("device", help="NVML facts and measured ceilings of the GPU")
     s.add_argument("--out", required=True)

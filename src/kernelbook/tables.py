@@ -80,6 +80,9 @@ def write(rows, path: str | Path, table: str, size_names=(), metadata: dict | No
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; a table is for every reader
     try:
         pq.write_table(tbl, tmp)
         os.replace(tmp, path)

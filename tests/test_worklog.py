@@ -1,0 +1,807 @@
+"""The worklog stage: figures, the page, publish, the index, replay without a GPU, staleness.
+
+Real parts only. The measurement, device, build and SASS tables in tests/data/worklog/ are
+the H200 run of variants 01 and 02; profile, roofline and sanitizer tables (no real ones
+yet) and the extra rows of a larger ladder (skipped size, throttled run, autotuning
+candidates) are made here through kernelbook.tables, so the schemas check them. The
+pipeline runs for real, notebooks included, in copies of the repository.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from conftest import REPO, copy_repo, kernelbook_cli, run_in, snakemake
+
+from kernelbook import config as cfg
+from kernelbook import figures, publish, tables, tune, worklog
+from kernelbook.build import sha256_file
+
+FIXTURE = REPO / "tests" / "data" / "worklog"
+GPU = "nvidia-h200"
+STUDY = "sgemm"
+FIXTURE_VARIANTS = ("01_naive", "02_coalescing")
+SIZES = ("M", "N", "K")
+HEADLINE = "4096x4096x4096"
+
+
+def output(proc: subprocess.CompletedProcess) -> str:
+    return proc.stdout + proc.stderr
+
+
+# ------------------------------------------------------------------------------------------
+# Building repository copies with published data
+
+
+def include_analysis(root: Path) -> None:
+    """The Snakefile edits the analysis stage needs (include + rule all), if not yet made."""
+    path = root / "Snakefile"
+    text = path.read_text()
+    if "analysis.smk" not in text:
+        includes = list(re.finditer(r'^include: "workflow/rules/\w+\.smk"\n', text, re.M))
+        at = includes[-1].end()
+        text = text[:at] + 'include: "workflow/rules/analysis.smk"\n' + text[at:]
+    if "worklog_targets(" not in text:
+        m = re.search(r"^rule all:\n(?:    .*\n)*?    input:\n", text, re.M)
+        at = m.end()
+        text = text[:at] + "        worklog_targets(GPU_SLUG if GPU else None),\n" + text[at:]
+    path.write_text(text)
+
+
+def trim_study(root: Path, keep=FIXTURE_VARIANTS) -> None:
+    """Keep only the variants the fixture measured, so that 'added' means what a test adds."""
+    path = root / "config" / "studies" / f"{STUDY}.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["variants"] = [v for v in data["variants"] if v["id"] in keep]
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def project_of(root: Path) -> cfg.Project:
+    return cfg.load_project_file(root / "config" / "config.yaml")
+
+
+def current_hashes(root: Path, df: pd.DataFrame) -> pd.DataFrame:
+    """Rows re-stamped with the copy's source and config hashes: published 'as of now'."""
+    study = project_of(root).study(STUDY)
+    df = df.copy()
+    for vid in df["variant"].unique():
+        try:
+            v = study.variant(vid)
+        except cfg.ConfigError:
+            continue
+        rows = df["variant"] == vid
+        df.loc[rows, "source_sha256"] = sha256_file(root / v.source)
+        df.loc[rows, "spec_sha256"] = v.spec_sha256()
+    return df
+
+
+def synthetic_profile(meas: pd.DataFrame, variants, size: str = HEADLINE) -> dict:
+    """Schema-valid profile, roofline and sanitizer rows for ``variants`` at ``size``."""
+    rows = meas[(meas["size"] == size) & meas["variant"].isin(variants)]
+    now = pd.Timestamp("2026-11-29 18:00", tz="UTC")
+    common = {"gpu_name": "NVIDIA H200", "gpu_uuid": rows["gpu_uuid"].iloc[0]}
+    prof, roof, san = [], [], []
+    # ncu-like numbers: each step moves fewer bytes per FLOP and issues more FFMA per load
+    traffic = {0: (2.2e10, 1.1e11, 5.5e11), 1: (1.1e9, 8.8e9, 1.4e11)}
+    for i, (_, r) in enumerate(rows.iterrows()):
+        dram, l2, l1 = traffic.get(i, (5e8 / (i + 1), 4e9 / (i + 1), 4e10 / (i + 1)))
+        t_ms = float(r["median_ms"]) / 1.01
+        flop = float(r["flop"])
+        sizes = {n: int(r[n]) for n in SIZES}
+        metrics = {
+            "gpu__time_duration.sum": (t_ms * 1e6, "ns"),
+            "dram__bytes.sum": (dram, "byte"),
+            "lts__t_bytes.sum": (l2, "byte"),
+            "l1tex__t_bytes.sum": (l1, "byte"),
+            "sm__throughput.avg.pct_of_peak_sustained_elapsed": (20.0 + 30 * i, "%"),
+            "sm__warps_active.avg.pct_of_peak_sustained_active": (95.0 - 5 * i, "%"),
+            "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum": (flop / (16 * (i + 1)), "sector"),
+        }
+        for name, (value, unit) in metrics.items():
+            prof.append(
+                {
+                    "study": STUDY,
+                    "variant": r["variant"],
+                    **sizes,
+                    "size": size,
+                    "metric": name,
+                    "value": value,
+                    "unit": unit,
+                    "kernel": "sgemm_" + r["variant"].split("_", 1)[1],
+                    "clock_control": "none",
+                    "report": f"{r['variant']}.ncu-rep",
+                    "driver_version": r["driver_version"],
+                    "ncu_version": "2025.3.1",
+                    "source_sha256": r["source_sha256"],
+                    "git_commit": r["git_commit"],
+                    "measured_at": now,
+                    **common,
+                }
+            )
+        roof.append(
+            {
+                "study": STUDY,
+                "variant": r["variant"],
+                **sizes,
+                "size": size,
+                "flop": flop,
+                "flop_expected": flop,
+                "dram_bytes": dram,
+                "l2_bytes": l2,
+                "l1_bytes": l1,
+                "ncu_time_ms": t_ms,
+                "ai_dram": flop / dram,
+                "ai_l2": flop / l2,
+                "ai_l1": flop / l1,
+                "tflops": flop / (t_ms * 1e-3) / 1e12,
+                "dram_gbps": dram / (t_ms * 1e-3) / 1e9,
+                "l2_gbps": l2 / (t_ms * 1e-3) / 1e9,
+                "l1_gbps": l1 / (t_ms * 1e-3) / 1e9,
+                "event_median_ms": float(r["median_ms"]),
+                "event_over_ncu": 1.01,
+                "sm_throughput_pct": 20.0 + 30 * i,
+                "memory_throughput_pct": 80.0 - 10 * i,
+                "achieved_occupancy_pct": 95.0 - 5 * i,
+                "registers_per_thread": 32.0,
+                "smem_bank_conflicts_ld": 0.0,
+                "smem_bank_conflicts_st": 0.0,
+                "global_ld_sectors_per_request": 32.0 / (8 * i + 1),
+                "global_st_sectors_per_request": 32.0 / (8 * i + 1),
+                "top_stall": "long_scoreboard",
+                "top_stall_ratio": 10.0 / (i + 1),
+                "bound": "l1",
+                **common,
+            }
+        )
+        for tool in ("memcheck", "racecheck"):
+            dirty = tool == "racecheck" and i == 1
+            san.append(
+                {
+                    "study": STUDY,
+                    "variant": r["variant"],
+                    "M": 256,
+                    "N": 256,
+                    "K": 256,
+                    "size": "256x256x256",
+                    "tool": tool,
+                    "errors": 2 if dirty else 0,
+                    "warnings": 0,
+                    "first_finding": "Race reported between Write access at sgemm.cu:42 | and Read"
+                    if dirty
+                    else None,
+                    "verdict": "findings" if dirty else "clean",
+                    "known_reason": None,
+                    "exit_code": 0,
+                    "source_sha256": r["source_sha256"],
+                    "git_commit": r["git_commit"],
+                    "measured_at": now,
+                    **common,
+                }
+            )
+    return {"profile": prof, "roofline": roof, "sanitizer": san}
+
+
+def write_synthetic_profile(folder: Path, meas: pd.DataFrame, variants) -> None:
+    for name, rows in synthetic_profile(meas, variants).items():
+        tables.write(rows, folder / f"{name}.parquet", name, SIZES)
+
+
+def device_with_cache_ceilings(folder: Path) -> None:
+    """The fixture's device table plus L2/L1 bandwidth rows (the micro-benchmarks' quantities)."""
+    dev = tables.read(FIXTURE / "device.parquet")
+    extra = dev[dev["quantity"] == "copy_gbps"].copy()
+    rows = [extra.assign(quantity="l2_gbps", value=11500.0), extra.assign(quantity="l1_gbps")]
+    rows[1]["value"] = 38000.0
+    tables.write(pd.concat([dev, *rows], ignore_index=True), folder / "device.parquet", "device")
+
+
+def publish_fixture(root: Path, with_profile: bool = True) -> Path:
+    """worklogs/nvidia-h200/sgemm/data/ as `snakemake publish` leaves it, from the fixture."""
+    data = root / "worklogs" / GPU / STUDY / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    meas = current_hashes(root, tables.read(FIXTURE / "measurements.parquet"))
+    tables.write(meas, data / "measurements.parquet", "measurements", SIZES)
+    build = current_hashes(root, tables.read(FIXTURE / "build.parquet"))
+    tables.write(build, data / "build.parquet", "build")
+    shutil.copy2(FIXTURE / "sass.parquet", data / "sass.parquet")
+    device_with_cache_ceilings(data)
+    if with_profile:
+        write_synthetic_profile(data, meas, FIXTURE_VARIANTS)
+    worklog.write_meta(project_of(root).study(STUDY), root, data / "study.json")
+    return data
+
+
+def make_repo(dest: Path) -> Path:
+    """A repository copy: analysis stage included, ladder trimmed to the fixture's variants."""
+    root = copy_repo(dest)
+    shutil.copytree(REPO / "analysis", root / "analysis", ignore=shutil.ignore_patterns(".*"))
+    include_analysis(root)
+    trim_study(root)
+    return root
+
+
+def touch_later(path: Path, text: str) -> None:
+    path.write_text(text)
+    later = time.time() + 2
+    os.utime(path, (later, later))
+
+
+@pytest.fixture(scope="session")
+def rendered(tmp_path_factory, nogpu_args):
+    """A copy with published data, after `snakemake --cores 1 all` on this GPU-less machine."""
+    root = make_repo(tmp_path_factory.mktemp("rendered") / "repo")
+    publish_fixture(root)
+    targets = (
+        ["all"]
+        if shutil.which("nvcc")
+        else [
+            f"results/{GPU}/{STUDY}/worklog.md",
+            f"results/{GPU}/{STUDY}/worklog.html",
+        ]
+    )
+    proc = snakemake(root, "--cores", "1", *targets, *nogpu_args, timeout=600)
+    return root, proc
+
+
+@pytest.fixture
+def rendered_ok(rendered):
+    root, proc = rendered
+    if proc.returncode != 0:
+        pytest.fail(f"rendering the published worklog failed:\n{output(proc)}")
+    return root, proc
+
+
+# ------------------------------------------------------------------------------------------
+# The notebooks
+
+
+@pytest.mark.parametrize("name", ["worklog", STUDY])
+def test_notebooks_are_stored_without_outputs(name):
+    nb = json.loads((REPO / "analysis" / f"{name}.ipynb").read_text())
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    assert code
+    for cell in code:
+        assert cell["outputs"] == [] and cell["execution_count"] is None
+    assert "kernelbook" in "".join("".join(c["source"]) for c in code)
+
+
+def test_leading_comment_of_a_kernel():
+    text = (REPO / "kernels" / STUDY / "02_coalescing.cu").read_text()
+    head = worklog.leading_comment(text)
+    assert head.startswith("02 global-memory coalescing")
+    assert "#ifndef" not in head and "//" not in head
+    assert worklog.leading_comment("/* one\n * two\n */\nint x;") == "one\ntwo"
+    assert worklog.leading_comment("\n\nint x;") == ""
+
+
+# ------------------------------------------------------------------------------------------
+# Rendering without a GPU, through Snakemake and the notebook (published data)
+
+
+def test_replay_renders_every_published_study(rendered_ok):
+    root, proc = rendered_ok
+    notes = [ln for ln in proc.stderr.splitlines() if "published worklog(s)" in ln]
+    assert len(notes) == 1, proc.stderr
+    assert f"{GPU}/{STUDY} (measured 2026-11-29)" in notes[0]
+    assert "not re-measured here" in notes[0]
+    out = root / "results" / GPU / STUDY
+    md = (out / "worklog.md").read_text()
+    assert "Rendered from published data measured on 2026-11-29" in md
+    assert "not re-measured here" in md
+    # the notebook ran (its executed copy is the rule's log) and the study's own one too
+    assert (root / "results" / "logs" / STUDY / "worklog" / f"{GPU}.ipynb").is_file()
+    assert (root / "results" / "logs" / STUDY / "study_figures" / f"{GPU}.ipynb").is_file()
+
+
+def test_figures_are_written_png_and_svg(rendered_ok):
+    root, _ = rendered_ok
+    figs = root / "results" / GPU / STUDY / "figures"
+    expected = ["ladder", "sweep", "roofline", "metrics", "prediction", "sass_mix"]
+    for name in expected:
+        png, svg = figs / f"{name}.png", figs / f"{name}.svg"
+        assert png.stat().st_size > 8_000, name
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        tree = ET.parse(svg)
+        assert tree.getroot().tag.endswith("svg"), name
+    md = (root / "results" / GPU / STUDY / "worklog.md").read_text()
+    for name in expected:
+        assert f"](figures/{name}.png)" in md
+    # no autotuned variant in this data: the figure is skipped, and the page says so
+    assert not (figs / "autotune.png").exists()
+    assert "Autotuning search: not drawn: no autotuning candidates were measured" in md
+
+
+def test_page_table_equals_the_data(rendered_ok):
+    root, _ = rendered_ok
+    md = (root / "results" / GPU / STUDY / "worklog.md").read_text()
+    data = tables.read(root / "worklogs" / GPU / STUDY / "data" / "measurements.parquet")
+    check_full_table(md, data)
+    check_ladder_table(md, data)
+
+
+def parse_num(cell: str) -> float:
+    return math.nan if cell == worklog.DASH else float(cell)
+
+
+def same(cell: str, value) -> bool:
+    if value is None or (isinstance(value, float) and math.isnan(value)) or pd.isna(value):
+        return cell == worklog.DASH
+    return math.isclose(parse_num(cell), float(value), rel_tol=6e-4, abs_tol=0)
+
+
+def find_table(md: str, first_header: str, must: str) -> list[dict]:
+    for t in worklog.parse_tables(md):
+        if t and next(iter(t[0])) == first_header and must in t[0]:
+            return t
+    raise AssertionError(f"no table with headers {first_header}, {must}")
+
+
+def check_full_table(md: str, data: pd.DataFrame) -> None:
+    table = find_table(md, "variant", "rse %")
+    main = data[data["variant_kind"] != "candidate"]
+    assert len(table) == len(main)
+    base = [h for h in table[0] if h.startswith("% of ")][0]
+    by_key = {(r["variant"], r["size"]): r for r in table}
+    for _, row in main.iterrows():
+        cell = by_key[(row["variant"], row["size"])]
+        assert cell["status"] == row["status"]
+        for header, col in [
+            ("median ms", "median_ms"),
+            ("TFLOP/s", "tflops"),
+            ("GB/s", "gbps"),
+            (base, "pct_of_baseline"),
+            ("baseline ms", "baseline_median_ms"),
+            ("rel err", "rel_err"),
+            ("SM MHz min", "sm_clock_min_mhz"),
+        ]:
+            assert same(cell[header], row[col]), (row["variant"], row["size"], header)
+        rse = row["rse_median"] * 100 if pd.notna(row["rse_median"]) else None
+        assert same(cell["rse %"], rse)
+        n = row["n_samples"]
+        assert cell["n"] == (worklog.DASH if pd.isna(n) else str(int(n)))
+        if row["status"] != "ok":
+            assert str(row["reason"]).replace("|", "\\|")[:20] in cell["notes"].replace("|", "\\|")
+        if row["throttled"] is True:
+            assert "THROTTLED" in cell["notes"]
+
+
+def check_ladder_table(md: str, data: pd.DataFrame) -> None:
+    table = find_table(md, "variant", "x previous")
+    head = data[(data["size"] == HEADLINE) & (data["variant_kind"] != "candidate")]
+    base = [h for h in table[0] if h.startswith("% of ")][0]
+    for r in table:
+        row = head[head["variant"] == r["variant"]]
+        if row.empty:
+            assert r["status"] == "not measured"
+            continue
+        row = row.iloc[0]
+        assert same(r["median ms"], row["median_ms"])
+        assert same(r[base], row["pct_of_baseline"])
+    # the answer line quotes the best variant at the headline size
+    ok = head[head["status"] == "ok"]
+    best = ok.loc[ok["pct_of_baseline"].idxmax()]
+    assert f"**{best['variant']}**, reaches **{worklog.fmt(best['pct_of_baseline'])} % of" in md
+
+
+def test_profiler_sections_when_profile_tables_exist(rendered_ok):
+    root, _ = rendered_ok
+    md = (root / "results" / GPU / STUDY / "worklog.md").read_text()
+    section = md.split("### 02_coalescing", 1)[1].split("\n## ", 1)[0]
+    assert "**Profiler, against 01_naive**" in section
+    deltas = find_table(section, "metric", "ratio")
+    names = [r["metric"] for r in deltas]
+    assert "DRAM bytes" in names or "dram__bytes.sum" in names
+    # the ratio shown is the data's ratio
+    roof = tables.read(root / "worklogs" / GPU / STUDY / "data" / "roofline.parquet")
+    r = roof.set_index("variant")
+    want = r.loc["02_coalescing", "dram_bytes"] / r.loc["01_naive", "dram_bytes"]
+    got = next(x for x in deltas if x["metric"] in ("DRAM bytes", "dram__bytes.sum"))
+    assert math.isclose(float(got["ratio"].rstrip("x")), want, rel_tol=1e-2)
+    # sanitizer: the finding is on the page, in the variant's section and up front
+    assert "racecheck **findings**" in section
+    assert "compute-sanitizer racecheck FINDINGS" in md.split("## The ladder", 1)[0]
+    assert "**Resources** (02_coalescing): 32 registers/thread" in section
+
+
+def test_html_is_standalone(rendered_ok):
+    root, _ = rendered_ok
+    page = (root / "results" / GPU / STUDY / "worklog.html").read_text()
+    assert page.startswith("<!DOCTYPE html>")
+    assert "<table>" in page and "data:image/png;base64," in page
+    assert 'src="figures/' not in page  # every PNG is embedded
+
+
+def test_snakemake_report(rendered_ok, tmp_path):
+    root, _ = rendered_ok
+    clone = tmp_path / "repo"
+    shutil.copytree(root, clone, symlinks=True)
+    proc = snakemake(clone, "--report", "report.html", f"results/{GPU}/{STUDY}/worklog.md")
+    assert proc.returncode == 0, output(proc)
+    assert (clone / "report.html").stat().st_size > 100_000
+
+
+def test_lint_with_the_analysis_stage(rendered_ok):
+    root, _ = rendered_ok
+    proc = snakemake(root, "--lint")
+    assert proc.returncode == 0, output(proc)
+
+
+def test_replayed_page_names_stale_variants(rendered_ok, tmp_path):
+    root, _ = rendered_ok
+    clone = tmp_path / "repo"
+    shutil.copytree(root, clone, symlinks=True)
+    cu = clone / "kernels" / STUDY / "02_coalescing.cu"
+    touch_later(cu, cu.read_text() + "\n// a later edit\n")
+    target = f"results/{GPU}/{STUDY}/worklog.md"
+    proc = snakemake(clone, "--cores", "1", target)
+    assert proc.returncode == 0, output(proc)
+    md = (clone / target).read_text()
+    assert "**02_coalescing** is stale: source changed" in md
+    assert "01_naive** is stale" not in md
+
+
+# ------------------------------------------------------------------------------------------
+# Publishing (measured here) and the index
+
+
+def results_from_fixture(root: Path, results: Path) -> dict[str, Path]:
+    """results/ as a measuring run leaves it (tables, study.json), from the fixture."""
+    paths = publish.result_paths(results, GPU, STUDY)
+    pub = publish.published_paths(root / "worklogs", GPU, STUDY)
+    for name in ("measurements", "device", "build", "sass", "profile", "roofline", "sanitizer"):
+        paths[name].parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(pub[name], paths[name])
+    worklog.write_meta(project_of(root).study(STUDY), root, paths["meta"])
+    return paths
+
+
+def test_publish_copies_everything_and_indexes(rendered_ok, tmp_path):
+    src, _ = rendered_ok
+    root = tmp_path / "repo"
+    shutil.copytree(src, root, symlinks=True, ignore=shutil.ignore_patterns("results"))
+    results = tmp_path / "gpu-results"  # as a GPU host's run leaves them, brought here
+    paths = results_from_fixture(root, results)
+    shutil.rmtree(root / "worklogs")
+    args = ["-m", "kernelbook.publish", "publish", "--results", str(results), f"{GPU}/{STUDY}"]
+    proc = run_in(root, args)
+    assert proc.returncode == 1 and "worklog.md" in proc.stderr  # nothing rendered yet
+    proc = run_in(root, [*args[:3], "--render", *args[3:]])
+    assert proc.returncode == 0, output(proc)
+    md = paths["md"].read_text()
+    assert "Rendered from published data" not in md  # rendered as measured
+    dest = root / "worklogs" / GPU / STUDY
+    assert (dest / "README.md").read_text() == md == (dest / "worklog.md").read_text()
+    assert (dest / "worklog.html").is_file()
+    for name in ("measurements", "device", "build", "sass", "profile", "roofline", "sanitizer"):
+        assert tables.read(dest / "data" / f"{name}.parquet").equals(tables.read(paths[name]))
+    assert json.loads((dest / "data" / "study.json").read_text())["study"] == STUDY
+    assert sorted(p.name for p in (dest / "figures").iterdir()) == sorted(
+        p.name for p in paths["figures"].iterdir()
+    )
+    # relative figure links of the page resolve inside the published folder
+    for link in re.findall(r"\]\((figures/[^)]+)\)", md):
+        assert (dest / link).is_file(), link
+    # the index: the study on this GPU with its headline number and a working link
+    index = (root / "worklogs" / "README.md").read_text()
+    meas = tables.read(dest / "data" / "measurements.parquet")
+    head = meas[(meas["size"] == HEADLINE) & (meas["status"] == "ok")]
+    best = head.loc[head["pct_of_baseline"].idxmax()]
+    grid = find_table(index, "study", GPU)
+    assert len(grid) == 1 and grid[0]["study"].startswith(f"**{STUDY}**")
+    assert f"**{worklog.fmt(best['pct_of_baseline'])} %** of cuBLAS" in grid[0][GPU]
+    assert f"({best['variant']})" in grid[0][GPU]
+    for link in re.findall(r"\]\(([^)]+)\)", index):
+        assert (root / "worklogs" / link).exists(), link
+    details = find_table(index, "study", "best variant")
+    assert same(details[0]["% of baseline"], best["pct_of_baseline"])
+    # republishing replaces the folder whole (no stale figure survives)
+    (dest / "figures" / "old.png").write_bytes(b"x")
+    proc = run_in(root, args)
+    assert proc.returncode == 0, output(proc)
+    assert not (dest / "figures" / "old.png").exists()
+
+
+def test_publish_refuses_what_was_not_rendered(tmp_path):
+    with pytest.raises(publish.PublishError, match="measurements.parquet"):
+        publish.publish(tmp_path / "results", tmp_path / "worklogs", GPU, STUDY)
+
+
+def test_snakemake_publish_without_gpu_reindexes(rendered_ok, tmp_path):
+    src, _ = rendered_ok
+    root = tmp_path / "repo"
+    shutil.copytree(src, root, symlinks=True)
+    (root / "worklogs" / "README.md").unlink(missing_ok=True)
+    proc = snakemake(root, "--cores", "1", "publish")
+    assert proc.returncode == 0, output(proc)
+    assert "nothing measured here to publish" in output(proc)
+    index = (root / "worklogs" / "README.md").read_text()
+    assert f"[worklog]({GPU}/{STUDY}/README.md)" in index
+
+
+# ------------------------------------------------------------------------------------------
+# Staleness: kernelbook check
+
+
+def check_cmd(root: Path) -> subprocess.CompletedProcess:
+    """`kernelbook check` once the CLI has it; the module's own entry point until then."""
+    probe = kernelbook_cli(root, "check", "--help")
+    if probe.returncode == 0:
+        return kernelbook_cli(root, "check")
+    return run_in(root, ["-m", "kernelbook.publish", "check"])
+
+
+@pytest.fixture
+def published_repo(tmp_path):
+    root = make_repo(tmp_path / "repo")
+    publish_fixture(root, with_profile=False)
+    return root
+
+
+def test_check_up_to_date(published_repo):
+    proc = check_cmd(published_repo)
+    assert proc.returncode == 0, output(proc)
+    assert f"{GPU}/{STUDY}: up to date" in proc.stdout
+
+
+def test_check_reports_an_edited_kernel(published_repo):
+    cu = published_repo / "kernels" / STUDY / "02_coalescing.cu"
+    cu.write_text(cu.read_text().replace("float acc = 0.0f;", "float acc = 0.0f;  // edited"))
+    proc = check_cmd(published_repo)
+    assert proc.returncode == 1, output(proc)
+    assert f"{GPU}/{STUDY}: STALE (1 variant(s))" in proc.stdout
+    lines = [ln.split() for ln in proc.stdout.splitlines() if ln.startswith("  ")]
+    assert [ln[:3] for ln in lines] == [["02_coalescing", "source", "changed:"]]
+    changes = publish.stale(project_of(published_repo), published_repo / "worklogs")
+    assert [(c.variant, c.change) for c in changes] == [("02_coalescing", publish.SOURCE)]
+
+
+def test_check_reports_added_changed_and_removed_variants(published_repo):
+    path = published_repo / "config" / "studies" / f"{STUDY}.yaml"
+    data = yaml.safe_load(path.read_text())
+    naive = next(v for v in data["variants"] if v["id"] == "01_naive")
+    data["variants"] = [
+        {**naive, "defines": {"BS": 16}},  # config entry changed
+        {
+            "id": "03_smem_blocking",
+            "entry": "sgemm_smem_blocking",
+            "defines": {"BLOCKSIZE": 32},
+            "grid": ["cdiv(N, BLOCKSIZE)", "cdiv(M, BLOCKSIZE)"],
+            "block": ["BLOCKSIZE * BLOCKSIZE"],
+        },
+    ]  # 02 removed, 03 added
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    changes = publish.stale(project_of(published_repo), published_repo / "worklogs")
+    got = {(c.variant, c.change) for c in changes}
+    assert got == {
+        ("01_naive", publish.CONFIG),
+        ("03_smem_blocking", publish.ADDED),
+        ("02_coalescing", publish.REMOVED),
+    }
+    proc = check_cmd(published_repo)
+    assert proc.returncode == 1
+    assert "03_smem_blocking" in proc.stdout and "added (not measured)" in proc.stdout
+
+
+# ------------------------------------------------------------------------------------------
+# A longer ladder: skipped sizes, throttling, autotuning (library level, no Snakemake)
+
+
+@pytest.fixture
+def ladder_repo(tmp_path):
+    """A copy whose study has 01, 02, 03 and an autotuned 09 with a 3-point space."""
+    root = make_repo(tmp_path / "repo")
+    path = root / "config" / "studies" / f"{STUDY}.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["variants"] += [
+        {
+            "id": "03_smem_blocking",
+            "entry": "sgemm_smem_blocking",
+            "defines": {"BLOCKSIZE": 32},
+            "grid": ["cdiv(N, BLOCKSIZE)", "cdiv(M, BLOCKSIZE)"],
+            "block": ["BLOCKSIZE * BLOCKSIZE"],
+            "says": "tiles staged in shared memory",
+            "predict": {"pct_of_baseline": 12},
+        },
+        {
+            "id": "09_autotuned",
+            "entry": "sgemm_autotuned",
+            "defines": {"BK": 8, "TM": 8, "TN": 8},
+            "grid": ["cdiv(N, BN)", "cdiv(M, BM)"],
+            "block": ["BM * BN // (TM * TN)"],
+            "requires": ["K % 4 == 0", "N % 4 == 0"],
+            "says": "tile shape swept",
+            "predict": {"pct_of_baseline": 75},
+            "tune": {"space": {"BM": [64, 128], "BN": [64, 128]}, "constraints": ["BM <= BN"]},
+        },
+    ]
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return root
+
+
+def ladder_tables(root: Path) -> pd.DataFrame:
+    """The fixture's rows plus derived ones for 03 and the 09 candidates, through tune.select."""
+    study = project_of(root).study(STUDY)
+    real = tables.read(FIXTURE / "measurements.parquet")
+    base = real[real["variant"] == "02_coalescing"].reset_index(drop=True)
+
+    def derive(vid, speedup, kind="variant", tuned_from=None, point=None):
+        v = study.variant(vid)
+        d = base.copy()
+        d["variant"], d["variant_kind"], d["tuned_from"] = vid, kind, tuned_from
+        d["tune_point"] = json.dumps(point) if point else None
+        for c in ("median_ms", "q1_ms", "q3_ms", "min_ms", "max_ms", "mean_ms"):
+            d[c] = d[c] / speedup
+        d["tflops"] = d["flop"] / (d["median_ms"] * 1e-3) / 1e12
+        d["gbps"] = d["bytes_min"] / (d["median_ms"] * 1e-3) / 1e9
+        d["pct_of_baseline"] = 100 * d["baseline_median_ms"] / d["median_ms"]
+        d["source_sha256"] = sha256_file(root / v.source)
+        d["spec_sha256"] = v.spec_sha256()
+        return d
+
+    s03 = derive("03_smem_blocking", 1.5)
+    skip = s03["size"] == "3000x3000x3000"
+    for c in [*(c for c in s03 if c.endswith("_ms")), "tflops", "gbps", "pct_of_baseline"]:
+        s03.loc[skip, c] = None
+    for c in ("n_samples", "rse_median", "rel_err", "max_err", "correct", "converged"):
+        s03[c] = s03[c].astype(object)
+        s03.loc[skip, c] = None
+    s03.loc[skip, ["status", "reason"]] = ["skipped", "requires K % 32 == 0 (K=3000)"]
+    thr = s03["size"] == "1024x1024x1024"
+    s03.loc[thr, ["throttled", "throttle_reasons"]] = [True, "sw_power_cap|hw_slowdown"]
+    cands = []
+    for i, cid in enumerate(study.variant("09_autotuned").candidates):
+        c = study.variant(cid)
+        d = derive(cid, 4.0 + i, "candidate", "09_autotuned", c.tune_point)
+        if i == 0:
+            bad = d["size"] == HEADLINE
+            for col in ("median_ms", "tflops", "gbps", "pct_of_baseline"):
+                d.loc[bad, col] = None
+            d.loc[bad, ["status", "reason"]] = ["failed", "wrong result: rel err 3.1e-02"]
+        cands.append(d)
+    tuned = tune.select(pd.concat(cands, ignore_index=True), "09_autotuned")
+    return pd.concat([real, s03, tuned], ignore_index=True)
+
+
+def test_longer_ladder_page_hides_nothing(ladder_repo, tmp_path):
+    root = ladder_repo
+    meas = ladder_tables(root)
+    folder = tmp_path / "tables"
+    tables.write(meas, folder / "measurements.parquet", "measurements", SIZES)
+    device_with_cache_ceilings(folder)
+    shutil.copy2(FIXTURE / "build.parquet", folder / "build.parquet")
+    shutil.copy2(FIXTURE / "sass.parquet", folder / "sass.parquet")
+    write_synthetic_profile(folder, meas, ["01_naive", "02_coalescing", "03_smem_blocking"])
+    worklog.write_meta(project_of(root).study(STUDY), root, folder / "study.json")
+    names = [*worklog.TABLES]
+    paths = {n: folder / f"{n}.parquet" for n in names} | {"meta": folder / "study.json"}
+    data = worklog.load(paths, mode="measured")
+    out = tmp_path / "out"
+    figs = worklog.make_figures(data, out / "figures")
+    md = worklog.write(data, figs, out / "worklog.md", out / "worklog.html")
+
+    drawn = {f.name for f in figs if f.drawn}
+    assert {"ladder", "sweep", "roofline", "metrics", "prediction", "autotune"} <= drawn
+    assert (out / "figures" / "autotune.png").stat().st_size > 8_000
+    assert worklog.ladder_order(data) == [
+        "01_naive",
+        "02_coalescing",
+        "03_smem_blocking",
+        "09_autotuned",
+    ]
+    # the tuned variant appears once in the ladder, as its winner at the headline size
+    ladder = find_table(md, "variant", "x previous")
+    assert [r["variant"] for r in ladder].count("09_autotuned") == 1
+    head = data.measurements
+    win = head[(head["variant"] == "09_autotuned") & (head["size"] == HEADLINE)].iloc[0]
+    assert win["variant_kind"] == "tuned"
+    row = next(r for r in ladder if r["variant"] == "09_autotuned")
+    assert same(row["median ms"], win["median_ms"])
+    # skipped, throttled and failed are visible up front and in the tables
+    front = md.split("## The ladder", 1)[0]
+    assert "**03_smem_blocking** skipped at 3000x3000x3000: requires K % 32 == 0" in front
+    assert "03_smem_blocking** at 1024x1024x1024 was measured while THROTTLED" in front
+    assert "**09_autotuned**: 1 of" in front and "did not run or failed" in front
+    check_full_table(md, data.measurements)
+    cand_table = find_table(md.split("## Autotuning candidates", 1)[1], "variant", "rse %")
+    n_cand = (data.measurements["variant_kind"] == "candidate").sum()
+    assert len(cand_table) == n_cand
+    failed = [r for r in cand_table if r["status"] == "failed"]
+    assert len(failed) == 1 and "wrong result" in failed[0]["notes"]
+    assert "winner BM" in md  # the tuned rows name their winning point
+    # the SASS mix shows an autotuned variant through its winning candidate
+    cid = worklog.candidate_id("09_autotuned", win["tune_point"])
+    sass = pd.DataFrame(
+        [{"study": STUDY, "variant": cid, "opcode": "FFMA", "op": "FFMA", "count": 512}]
+    )
+    data.tables["sass"] = pd.concat([data.tables["sass"], sass], ignore_index=True)
+    mix = worklog.ladder_sass(data)
+    assert mix[mix["variant"] == "09_autotuned"]["count"].tolist() == [512]
+    assert cid not in set(mix["variant"])
+    # predictions on the page are the config's, measured beside them
+    section = md.split("### 03_smem_blocking", 1)[1].split("### ", 1)[0]
+    got = head[(head["variant"] == "03_smem_blocking") & (head["size"] == HEADLINE)].iloc[0]
+    assert f"**Prediction.** 12 % of cuBLAS, measured {worklog.fmt(got['pct_of_baseline'])}" in (
+        section
+    )
+
+
+def test_figures_from_the_tables_only(tmp_path):
+    """Each figure function draws from rows it is given and refuses empty ones by name."""
+    figures.style()
+    real = tables.read(FIXTURE / "measurements.parquet")
+    order = list(FIXTURE_VARIANTS)
+    with pytest.raises(figures.NoData, match="no measured tflops"):
+        figures.sweep(real.iloc[0:0], order, tmp_path)
+    with pytest.raises(figures.NoData, match="roofline"):
+        figures.roofline(pd.DataFrame(), order, tmp_path, ceil={}, size_label=HEADLINE)
+    sass = tables.read(FIXTURE / "sass.parquet")
+    groups = figures.sass_groups(sass, order)
+    assert groups.sum(axis=1).tolist() == sass.groupby("variant")["count"].sum()[order].tolist()
+    f = figures.sass_mix(sass, order, tmp_path)
+    assert (tmp_path / f.png).stat().st_size > 8_000
+    ceil = figures.ceilings(tables.read(FIXTURE / "device.parquet"))
+    assert ceil["copy_gbps"] > 1000 and ceil["fp32_peak_tflops"] > 10
+
+
+def test_study_meta_from_config(tmp_path):
+    project = project_of(REPO)
+    meta = worklog.study_meta(project.study(STUDY), REPO)
+    ids = [v["id"] for v in meta["variants"]]
+    assert ids == [v.id for v in project.study(STUDY).variants]
+    assert meta["headline"] == HEADLINE
+    assert meta["figure_of_merit"] == "tflops"
+    naive = meta["variants"][0]
+    assert naive["header"].startswith("01 naive")
+    assert naive["spec_sha256"] == project.study(STUDY).variants[0].spec_sha256()
+    proc = run_in(
+        REPO, ["-m", "kernelbook.worklog", "meta", STUDY, "--out", str(tmp_path / "s.json")]
+    )
+    assert proc.returncode == 0, output(proc)
+    assert json.loads((tmp_path / "s.json").read_text()) == meta
+
+
+def test_where_a_worklog_reads_its_tables(published_repo, monkeypatch):
+    """Measured here: results/ (optional tables once made); elsewhere: published data."""
+    import io
+    from types import SimpleNamespace
+
+    project = project_of(published_repo)
+    w = SimpleNamespace(gpu=GPU, study=STUDY)
+    monkeypatch.chdir(published_repo)  # rules resolve paths from the workflow's directory
+    here = publish.Worklogs("results", GPU, project, analysis=published_repo / "analysis")
+    assert here.mode(w) == "measured"
+    named = here.study_tables(w)
+    assert named["measurements"] == f"results/{GPU}/{STUDY}/measurements.parquet"
+    assert named["meta"] == f"results/build/{STUDY}/study.json"
+    assert "profile" not in named  # no rule makes it here, and no file is there
+    assert here.worklog_inputs(w)["study_figures"] == f"results/{GPU}/{STUDY}/study_figures"
+    assert here.targets(GPU) == [
+        f"results/{GPU}/{STUDY}/worklog.md",
+        f"results/{GPU}/{STUDY}/worklog.html",
+    ]
+    assert here.publish_args() == f"{GPU}/{STUDY}"
+    assert here.stale(w) == "[]"
+    assert here.mode(SimpleNamespace(gpu="nvidia-h100", study=STUDY)) == "replay"
+
+    away = publish.Worklogs("results", None, project, no_gpu_why="NVML unavailable")
+    assert away.mode(w) == "replay"
+    named = away.study_tables(w)
+    data = f"worklogs/{GPU}/{STUDY}/data"
+    assert named["measurements"] == f"{data}/measurements.parquet"
+    assert named["meta"] == f"{data}/study.json"
+    assert set(named) == {"measurements", "device", "build", "sass", "meta"}
+    assert away.targets(None) == here.targets(GPU)  # every published study
+    assert away.publish_inputs() == [] and "NVML unavailable" in away.publish_args()
+    said = away.announce(file=io.StringIO())
+    assert "nvidia-h200/sgemm (measured 2026-11-29)" in said
