@@ -125,7 +125,11 @@ class Bench:
         where = self.where(variant, sizes)
         tol = self.study.tolerance or self.problem.tolerance(sizes, self.study.dtype)
         case = self.problem.setup(
-            sizes, self.study.dtype, self.study.params, self.project.settings["seed"]
+            sizes,
+            self.study.dtype,
+            self.study.params,
+            self.project.settings["seed"],
+            computes=variant.computes,
         )
         run, launch = self.launcher(kernel, variant, sizes, case)
         try:
@@ -229,18 +233,42 @@ def bench_variant(
     return rows
 
 
+def _copy_launcher(b: Bench, nbytes: float):
+    """A device-to-device copy that reads and writes ``nbytes`` in all: the ceiling a
+    bandwidth-bound kernel is compared with, at its own byte count, in its own job."""
+    cp = b.cp
+    half = max(256, int(nbytes // 2) // 256 * 256)
+    src = cp.empty(half, dtype=cp.uint8)
+    src.fill(1)
+    dst = cp.empty_like(src)
+    d2d = cp.cuda.runtime.memcpyDeviceToDevice
+    ptrs = (dst.data.ptr, src.data.ptr)
+    stream = b.stream.ptr
+
+    def run():
+        cp.cuda.runtime.memcpyAsync(ptrs[0], ptrs[1], half, d2d, stream)
+
+    run.buffers = (src, dst)  # keep them alive as long as the launcher
+    return run
+
+
 def _time_size(b: Bench, kernel, variant, s, checked, blank) -> dict:
     study, problem = b.study, b.problem
     result, _ = checked
     where = b.where(variant, s)
-    case = problem.setup(s, study.dtype, study.params, b.project.settings["seed"])
+    case = problem.setup(
+        s, study.dtype, study.params, b.project.settings["seed"], computes=variant.computes
+    )
     run, launch = b.launcher(kernel, variant, s, case)
     base = problem.baseline(case, study.baseline, study.params)
+    flop, nbytes = problem.flops(s), problem.min_bytes(s, study.dtype)
+    fns = {"variant": run, "baseline": base.run}
+    if problem.figure_of_merit == "gbps":
+        fns["copy"] = _copy_launcher(b, nbytes)
     with b.sampler:
-        stats = b.timer.measure({"variant": run, "baseline": base.run}, where)
+        stats = b.timer.measure(fns, where)
     env = b.sampler.summary()
     v, bl = stats["variant"], stats["baseline"]
-    flop, nbytes = problem.flops(s), problem.min_bytes(s, study.dtype)
     row = blank(s, "ok", None)
     row.update(
         median_ms=v.median,
@@ -273,6 +301,12 @@ def _time_size(b: Bench, kernel, variant, s, checked, blank) -> dict:
         measured_at=gpu.now(),
         **env,
     )
+    if "copy" in stats:
+        cp_ms = stats["copy"].median
+        copy_gbps = nbytes / (cp_ms * 1e-3) / 1e9
+        row.update(
+            copy_median_ms=cp_ms, copy_gbps=copy_gbps, pct_of_copy=100.0 * row["gbps"] / copy_gbps
+        )
     flag = " THROTTLED " + env["throttle_reasons"] if env["throttled"] else ""
     b.log(
         f"{where}: {v.median:.4f} ms ({row['tflops']:.2f} TFLOP/s, n={v.n}), "

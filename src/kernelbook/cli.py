@@ -206,6 +206,7 @@ def cmd_launch(args) -> int:
             study.params,
             project.settings["seed"],
             guard=0 if args.exact else 64 * 1024,
+            computes=variant.computes,
             reference=args.check,
         )
         kernel = cp.RawModule(path=str(cubin)).get_function(variant.entry)

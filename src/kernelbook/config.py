@@ -117,6 +117,7 @@ class Variant:
     says: str = ""
     predict: dict[str, float] = field(default_factory=dict)
     expect: str | None = None
+    computes: str | None = None  # an alternative function of the problem (reference kernels)
     known_findings: dict[str, str] = field(default_factory=dict)
     tuned_from: str | None = None  # the tuned variant this candidate belongs to
     tune_point: dict[str, int] = field(default_factory=dict)
@@ -171,6 +172,7 @@ class Variant:
             "block": list(self.block),
             "smem": self.smem,
             "requires": list(self.requires),
+            **({"computes": self.computes} if self.computes else {}),
         }
 
     def spec_sha256(self) -> str:
@@ -489,6 +491,12 @@ def _variant(study, vraw, settings, root, problem, params, sizes, where):
     clash = set(raw_defines) & set(problem.size_names)
     if clash:
         raise ConfigError(f"{where}: defines {', '.join(sorted(clash))} clash with size names")
+    if vraw.get("computes") and vraw["computes"] not in problem.alternatives:
+        offered = ", ".join(problem.alternatives) or "none"
+        raise ConfigError(
+            f"{where}: computes: problem '{problem.name}' offers no '{vraw['computes']}' "
+            f"(offered: {offered})"
+        )
     tune = vraw.get("tune")
     space = tune["space"] if tune else {}
     allowed = set(raw_defines) | set(space) | set(problem.size_names)
@@ -508,6 +516,7 @@ def _variant(study, vraw, settings, root, problem, params, sizes, where):
         says=vraw.get("says", ""),
         predict=dict(vraw.get("predict", {})),
         expect=vraw.get("expect"),
+        computes=vraw.get("computes"),
         known_findings=dict(vraw.get("known_findings", {})),
     )
     if not tune:

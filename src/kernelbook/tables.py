@@ -52,6 +52,10 @@ def schema(table: str, size_names: tuple[str, ...] = ()) -> pa.Schema:
 def to_arrow(rows: list[dict] | pd.DataFrame, table: str, size_names=()) -> pa.Table:
     sch = schema(table, tuple(size_names))
     df = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
+    # a nullable column added to the schema later reads as empty in older rows
+    absent = [f.name for f in sch if f.name not in df.columns and f.nullable]
+    if absent:
+        df = df.assign(**dict.fromkeys(absent))
     missing = [f.name for f in sch if f.name not in df.columns]
     extra = [c for c in df.columns if c not in sch.names]
     if missing or extra:

@@ -107,6 +107,9 @@ class Problem:
     dtypes: tuple[str, ...] = ()
     baselines: dict[str, str] = {}
     default_params: dict[str, Any] = {}
+    # other functions a reference kernel may compute instead (variant key `computes`);
+    # setup(..., computes=name) then builds that function's reference
+    alternatives: dict[str, str] = {}
     figure_of_merit = "tflops"  # or "gbps"
     elem_factor = 50.0  # max element error may be this many times the tolerance
 
@@ -148,9 +151,17 @@ class Problem:
 
     # ---- device side ---------------------------------------------------------------
     def setup(
-        self, sizes, dtype, params, seed, guard: int = GUARD_ELEMENTS, reference=True
+        self,
+        sizes,
+        dtype,
+        params,
+        seed,
+        guard: int = GUARD_ELEMENTS,
+        reference=True,
+        computes: str | None = None,
     ) -> Case:
-        """Inputs, outputs (``guard`` elements of guard band each side), float64 reference."""
+        """Inputs, outputs (``guard`` elements of guard band each side), float64 reference
+        of the problem's function, or of the alternative ``computes`` names."""
         raise NotImplementedError
 
     def baseline(self, case: Case, name: str, params) -> Baseline:

@@ -43,7 +43,9 @@ class Gemm(Problem):
         # over what a sequential FMA loop gives on normal inputs.
         return 1e-5 * math.sqrt(max(s["K"], 1024) / 1024)
 
-    def setup(self, sizes, dtype, params, seed, guard=GUARD_ELEMENTS, reference=True) -> Case:
+    def setup(
+        self, sizes, dtype, params, seed, guard=GUARD_ELEMENTS, reference=True, computes=None
+    ) -> Case:
         import cupy as cp
         import numpy as np
 
