@@ -312,3 +312,23 @@ def test_sanitizer_flags_the_controls_and_passes_a_good_kernel(tmp_path, variant
         assert ".cu:" in df.loc[tool, "first_finding"]  # -lineinfo names the source line
         gate = kb("sanitize-gate", "controls", str(out), "--out", str(tmp_path / "ok"), check=False)
         assert gate.returncode == 1 and f"controls/{variant}" in gate.stderr
+
+
+def _sgemm_jobs():
+    from kernelbook import config
+
+    study = config.load_project_file(ROOT / "config" / "config.yaml").study("sgemm")
+    plain = [v.id for v in study.variants if not v.is_tuned]
+    tuned = [v for v in study.variants if v.is_tuned]
+    # every tuned variant through its first, middle and last candidate
+    for v in tuned:
+        c = v.candidates
+        plain += sorted({c[0], c[len(c) // 2], c[-1]})
+    return plain
+
+
+@pytest.mark.parametrize("variant", _sgemm_jobs())
+def test_every_sgemm_variant_correct_at_a_small_and_an_odd_shape(tmp_path, variant):
+    df = bench(tmp_path, variant, "128", "1000x1004x500")
+    assert list(df["status"]) == ["ok", "ok"], df[["size", "status", "reason"]]
+    assert df["correct"].all() and (df["rel_err"] < df["tolerance"]).all()
