@@ -21,6 +21,26 @@ from kernelbook import config as cfg
 from kernelbook import problems
 
 
+def launch_command(project, study, variant, size_label: str, cubin, *extra: str) -> list[str]:
+    """`kernelbook launch` for one variant at one size: what ncu and compute-sanitizer run."""
+    settings = json.dumps({**project.settings, "studies": [study.name]})
+    return [
+        sys.executable,
+        "-m",
+        "kernelbook",
+        "--settings",
+        settings,
+        "launch",
+        study.name,
+        variant.id,
+        "--size",
+        size_label,
+        "--cubin",
+        str(cubin),
+        *extra,
+    ]
+
+
 def _project(args) -> cfg.Project:
     overrides = json.loads(args.settings) if args.settings else None
     return cfg.load_project_file(args.configfile, overrides=overrides)

@@ -391,12 +391,6 @@ def expand_sizes(groups: list[dict], names: tuple[str, ...], where: str) -> list
     out: list[dict[str, int]] = []
     for gi, group in enumerate(groups):
         gwhere = f"{where}[{gi}]"
-        extra = set(group) - set(names)
-        if extra:
-            raise ConfigError(
-                f"{gwhere}: unknown size name(s) {', '.join(sorted(extra))} (this problem has "
-                f"{', '.join(names)})"
-            )
         fixed = {k: v for k, v in group.items() if not isinstance(v, str)}
         derived = {k: v for k, v in group.items() if isinstance(v, str)}
         keys = list(fixed)

@@ -151,6 +151,7 @@ def profile_variant(
     """Profile ``variant`` at each size in its own ncu process; rows of the profile table."""
     from kernelbook import gpu, problems
     from kernelbook.build import sha256_file
+    from kernelbook.cli import launch_command
 
     problem = problems.get(study.problem)
     facts = gpu.device_facts(slot_uuid)
@@ -177,20 +178,7 @@ def profile_variant(
             log(f"{where}: not profiled, requires {' and '.join(unmet)}")
             continue
         report = report_dir / label
-        launch = [
-            sys.executable,
-            "-m",
-            "kernelbook",
-            "--settings",
-            _settings_json(project, study),
-            "launch",
-            study.name,
-            variant.id,
-            "--size",
-            label,
-            "--cubin",
-            str(cubin),
-        ]
+        launch = launch_command(project, study, variant, label, cubin)
         run_ncu(variant.entry, report, launch, study.profile, where, env)
         kernel, metrics = read_report(Path(str(report) + ".ncu-rep"))
         log(f"{where}: {len(metrics)} metrics from {report.name}.ncu-rep")
@@ -210,12 +198,6 @@ def profile_variant(
                 }
             )
     return rows
-
-
-def _settings_json(project, study) -> str:
-    import json
-
-    return json.dumps({**project.settings, "studies": [study.name]})
 
 
 # ------------------------------------------------------------------------------------------

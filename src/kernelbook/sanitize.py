@@ -72,39 +72,20 @@ def sanitize_variant(
     tools=TOOLS,
     log=lambda s: print(s, file=sys.stderr, flush=True),
 ) -> list[dict]:
-    import json
 
     from kernelbook import gpu, problems
     from kernelbook.build import sha256_file
+    from kernelbook.cli import launch_command
 
     problem = problems.get(study.problem)
     label = problem.label(size)
     facts = gpu.device_facts(slot_uuid)
     env = {**os.environ, "KERNELBOOK_SLOT_HELD": "1", "CUDA_VISIBLE_DEVICES": slot_uuid}
-    settings = json.dumps({**project.settings, "studies": [study.name]})
     known = variant.known_findings
     rows = []
     for tool in tools:
-        cmd = [
-            sanitizer_exe(),
-            "--tool",
-            tool,
-            "--print-limit",
-            "20",
-            sys.executable,
-            "-m",
-            "kernelbook",
-            "--settings",
-            settings,
-            "launch",
-            study.name,
-            variant.id,
-            "--size",
-            label,
-            "--cubin",
-            str(cubin),
-            "--exact",
-        ]
+        launch = launch_command(project, study, variant, label, cubin, "--exact")
+        cmd = [sanitizer_exe(), "--tool", tool, "--print-limit", "20", *launch]
         limit = max(300.0, 20 * float(study.timing["launch_timeout_s"]))
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=limit)
