@@ -207,7 +207,7 @@ class Study:
             return self.sanitize_size
         prob = problems.get(self.problem)
         runnable = [s for s in self.sizes if not variant.unmet(s)]
-        return min(runnable, key=prob.flops) if runnable else None
+        return min(runnable, key=lambda s: _cost(prob, s, self.dtype)) if runnable else None
 
     def variant(self, vid: str) -> Variant:
         for v in (*self.variants, *self.candidates):
@@ -324,7 +324,7 @@ def load_study(path: Path, settings: dict, root: Path) -> Study:
     profile_sizes = tuple(
         _complete_size(z, problem.size_names, f"{shown}: profile.sizes[{i}]")
         for i, z in enumerate(prob_raw.pop("sizes", []))
-    ) or ((headline,) if headline else (max(sizes, key=problem.flops),))
+    ) or ((headline,) if headline else (max(sizes, key=lambda s: _cost(problem, s, raw["dtype"])),))
     profile = {**settings["profile"], **prob_raw}
     san_raw = raw.get("sanitize", {})
     sanitize_size = None
@@ -366,6 +366,11 @@ def load_study(path: Path, settings: dict, root: Path) -> Study:
         sanitize_tools=sanitize_tools,
         sanitize_size=sanitize_size,
     )
+
+
+def _cost(problem, sizes: dict[str, int], dtype: str) -> tuple[float, float]:
+    """Order sizes by FLOPs, then minimal bytes (bandwidth problems may count no FLOPs)."""
+    return (problem.flops(sizes), problem.min_bytes(sizes, dtype))
 
 
 def _check_flow_commas(data, shown: str) -> None:

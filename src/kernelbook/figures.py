@@ -217,10 +217,11 @@ def sweep(
     ok = rows[(rows["status"] == "ok") & rows[metric].notna()]
     if ok.empty:
         raise NoData(f"no measured {metric} values")
+    keys = ["flop", "bytes_min"] if "bytes_min" in rows else ["flop"]
     sizes = (
-        rows[["size", "flop"]]
+        rows[["size", *keys]]
         .drop_duplicates("size")
-        .sort_values(["flop", "size"], kind="stable")["size"]
+        .sort_values([*keys, "size"], kind="stable")["size"]
         .tolist()
     )
     pos = {s: i for i, s in enumerate(sizes)}
@@ -249,7 +250,7 @@ def sweep(
             )
     ax.set_xticks(range(len(sizes)), sizes, rotation=35, ha="right")
     ax.set_yscale("log")
-    ax.set_xlabel("problem size (ordered by FLOPs)")
+    ax.set_xlabel("problem size (ordered by FLOPs, then bytes)")
     ax.set_ylabel(f"{unit} (log scale)")
     ax.set_title(f"{unit} against problem size")
     ax.legend(fontsize=7, ncol=2 if len(order) > 6 else 1, loc="best")
@@ -474,10 +475,11 @@ def autotune(
     rng = np.random.default_rng(0)
     for ax, t in zip(axes[:, 0], tuned, strict=True):
         c = candidates[candidates["tuned_from"] == t]
+        keys = ["flop", "bytes_min"] if "bytes_min" in c else ["flop"]
         sizes = (
-            c[["size", "flop"]]
+            c[["size", *keys]]
             .drop_duplicates("size")
-            .sort_values(["flop", "size"], kind="stable")["size"]
+            .sort_values([*keys, "size"], kind="stable")["size"]
             .tolist()
         )
         ok = c[(c["status"] == "ok") & c[metric].notna()]

@@ -146,6 +146,7 @@ def study_meta(study, root: str | Path) -> dict:
                 "says": v.says,
                 "predict": dict(v.predict),
                 "expect": v.expect,
+                **({"computes": v.computes} if v.computes else {}),  # a reference kernel
                 "header": leading_comment(text),
                 "defines": v.defines if not v.is_tuned else {},
                 "requires": list(v.requires),
@@ -322,10 +323,12 @@ def candidate_rows(data: StudyData) -> pd.DataFrame:
 
 
 def sizes_by_flop(df: pd.DataFrame) -> list[str]:
+    """Sizes by FLOPs, then minimal bytes (bandwidth problems may count no FLOPs)."""
+    keys = ["flop", "bytes_min"] if "bytes_min" in df else ["flop"]
     return (
-        df[["size", "flop"]]
+        df[["size", *keys]]
         .drop_duplicates("size")
-        .sort_values(["flop", "size"], kind="stable")["size"]
+        .sort_values([*keys, "size"], kind="stable")["size"]
         .tolist()
     )
 
@@ -384,7 +387,8 @@ def baseline_label(data: StudyData) -> str:
 def summary(data: StudyData) -> dict:
     """The headline numbers: best variant at the headline size, and the baseline there."""
     h = headline_rows(data)
-    ok = h[(h["status"] == "ok") & h["pct_of_baseline"].notna()]
+    refs = {v["id"] for v in data.meta.get("variants", []) if v.get("computes")}
+    ok = h[(h["status"] == "ok") & h["pct_of_baseline"].notna() & ~h["variant"].isin(refs)]
     meas = data.measurements
     dates = pd.to_datetime(meas["measured_at"], utc=True)
     out = {
@@ -407,6 +411,7 @@ def summary(data: StudyData) -> dict:
             "median_ms": float(best["median_ms"]),
             fom: _float(best.get(fom)),
             f"baseline_{fom}": _float(best.get(f"baseline_{fom}")),
+            "pct_of_copy": _float(best.get("pct_of_copy")),
         }
     return out
 
@@ -904,7 +909,13 @@ def render_markdown(
         L.append(
             f"**Answer at {size}.** The best variant, **{b['variant']}**, reaches "
             f"**{fmt(b['pct_of_baseline'])} % of {base}** ({fmt(b.get(fom))} {unit} against "
-            f"{fmt(b.get(f'baseline_{fom}'))} {unit})."
+            f"{fmt(b.get(f'baseline_{fom}'))} {unit})"
+            + (
+                f" and **{fmt(b['pct_of_copy'])} % of a device copy** of the same bytes "
+                "timed beside it."
+                if b.get("pct_of_copy") is not None
+                else "."
+            )
         )
         L.append("")
 
@@ -985,13 +996,17 @@ def render_markdown(
 
 
 def _ladder_table(data, order, head, base, unit, fom) -> str:
+    # bandwidth studies also show the variant against a device copy of the same bytes
+    copy = fom == "gbps" and "pct_of_copy" in head
     rows = []
     prev_ms = None
     for v in order:
         info = variant_info(data, v)
         pred = (info.get("predict") or {}).get("pct_of_baseline")
         if v not in head.index:
-            rows.append([v, "not measured", DASH, DASH, DASH, fmt(pred), DASH])
+            rows.append(
+                [v, "not measured", DASH, DASH, DASH, *([DASH] if copy else []), fmt(pred), DASH]
+            )
             continue
         r = head.loc[v]
         ms = _float(r["median_ms"])
@@ -1003,17 +1018,17 @@ def _ladder_table(data, order, head, base, unit, fom) -> str:
                 fmt(r["median_ms"]),
                 fmt(r.get(fom)),
                 fmt(r["pct_of_baseline"]),
+                *([fmt(r.get("pct_of_copy"))] if copy else []),
                 fmt(pred),
                 step,
             ]
         )
         if r["status"] == "ok" and ms:
             prev_ms = ms
-    return md_table(
-        ["variant", "status", "median ms", unit, f"% of {base}", "predicted %", "x previous"],
-        rows,
-        "llrrrrr",
-    )
+    heads = ["variant", "status", "median ms", unit, f"% of {base}"]
+    heads += ["% of copy"] if copy else []
+    heads += ["predicted %", "x previous"]
+    return md_table(heads, rows, "ll" + "r" * (len(heads) - 2))
 
 
 def _variant_section(data, v, prev, head, base, unit, fom) -> list[str]:
