@@ -71,7 +71,7 @@ class Case:
     initial: dict[str, Any]  # values the outputs hold before a launch (gemm reads C)
     reference: dict[str, Any]  # float64
     args: tuple
-    input_digests: dict[str, Any] = field(default_factory=dict)
+    input_copies: dict[str, Any] = field(default_factory=dict)
 
     def reset(self) -> None:
         for name, g in self.outputs.items():
@@ -172,8 +172,8 @@ class Problem:
         import cupy as cp
 
         for name, data in case.inputs.items():
-            if not bool(cp.array_equal(data, case.input_digests[name])):
-                changed = int((data != case.input_digests[name]).sum())
+            if not bool(cp.array_equal(data, case.input_copies[name])):
+                changed = int((data != case.input_copies[name]).sum())
                 raise InputModified(
                     f"{where}: the kernel wrote {changed} element(s) of input {name}"
                 )

@@ -80,7 +80,7 @@ class Gemm(Problem):
                 C.view,
             ),
         )
-        case.input_digests = {"A": A.copy(), "B": B.copy()}
+        case.input_copies = {"A": A.copy(), "B": B.copy()}
         case.reset()
         return case
 

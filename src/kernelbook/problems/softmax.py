@@ -142,7 +142,7 @@ class Softmax(Problem):
             reference=ref,
             args=(np.int32(R), np.int32(N), x, y.view),
         )
-        case.input_digests = {"x": x.copy()}
+        case.input_copies = {"x": x.copy()}
         case.reset()
         return case
 

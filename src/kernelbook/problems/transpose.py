@@ -87,7 +87,7 @@ class Transpose(Problem):
             reference=ref,
             args=(np.int32(M), np.int32(N), x, out.view),
         )
-        case.input_digests = {"x": x.copy()}
+        case.input_copies = {"x": x.copy()}
         case.reset()
         return case
 
