@@ -62,14 +62,8 @@ class Bench:
         self.torch_stream = torch.cuda.Stream()
         self.stream = cp.cuda.ExternalStream(self.torch_stream.cuda_stream)
         self.timer = Timer(study.timing, self.l2_bytes, self.stream, self.torch_stream)
-        facts = gpu.device_facts(slot_uuid)
-        rt = cp.cuda.runtime.runtimeGetVersion()
         self.provenance = {
-            "gpu_name": facts["gpu_name"],
-            "gpu_uuid": facts["gpu_uuid"],
-            "driver_version": facts["driver_version"],
-            "cuda_version": f"{rt // 1000}.{(rt % 1000) // 10}",
-            "cuda_driver_version": facts["cuda_driver_version"],
+            **gpu.cuda_provenance(slot_uuid),
             "seed": int(project.settings["seed"]),
             "arch": project.settings["arch"],
             "cache": study.timing["cache"],

@@ -25,12 +25,9 @@ def measure_device(project, slot_uuid: str, log: Callable[[str], None] = print) 
     facts = gpu.device_facts(slot_uuid)
     props = cp.cuda.runtime.getDeviceProperties(0)
     cc = (int(props["major"]), int(props["minor"]))
-    rt = cp.cuda.runtime.runtimeGetVersion()
+    cuda = gpu.cuda_provenance(slot_uuid)
     prov = {
-        "gpu_name": facts["gpu_name"],
-        "gpu_uuid": facts["gpu_uuid"],
-        "driver_version": facts["driver_version"],
-        "cuda_version": f"{rt // 1000}.{(rt % 1000) // 10}",
+        **{k: cuda[k] for k in ("gpu_name", "gpu_uuid", "driver_version", "cuda_version")},
         **{k: v for k, v in gpu.host_provenance(project.root).items() if k != "kernelbook_version"},
     }
     rows: list[dict] = []

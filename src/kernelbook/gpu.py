@@ -232,6 +232,21 @@ def device_facts(uuid: str) -> dict:
         nv.nvmlShutdown()
 
 
+def cuda_provenance(uuid: str) -> dict:
+    """Which GPU, driver and CUDA runtime a measurement ran on (CUDA must be usable)."""
+    import cupy as cp
+
+    facts = device_facts(uuid)
+    rt = cp.cuda.runtime.runtimeGetVersion()
+    return {
+        "gpu_name": facts["gpu_name"],
+        "gpu_uuid": facts["gpu_uuid"],
+        "driver_version": facts["driver_version"],
+        "cuda_version": f"{rt // 1000}.{(rt % 1000) // 10}",
+        "cuda_driver_version": facts["cuda_driver_version"],
+    }
+
+
 def _cuda_version_text(v: int) -> str:
     return f"{v // 1000}.{(v % 1000) // 10}"
 
