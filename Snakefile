@@ -1,5 +1,6 @@
 # kernelbook: from study configs to verified, timed, profiled kernels and their worklogs.
 #   snakemake --cores 1 all        everything this machine can do (no GPU: compile only)
+#   snakemake --cores 1 tables     only the measured tables (no worklogs): for GPU hosts
 # Stages live in workflow/rules/*.smk; logic lives in src/kernelbook, called through its CLI.
 
 from snakemake.utils import min_version, validate
@@ -25,3 +26,8 @@ rule all:
     input:
         all_targets(),
         worklog_targets(GPU_SLUG if GPU else None),
+
+
+rule tables:
+    input:
+        all_targets(),

@@ -623,3 +623,31 @@ def test_study_yaml_round_trip_through_pyyaml_is_equivalent(root):
     a = load_text(root, TUNED)
     b = load_text(root, yaml.safe_dump(data, sort_keys=False))
     assert [c.spec_sha256() for c in a.candidates] == [c.spec_sha256() for c in b.candidates]
+
+
+def test_tuned_sweep_runs_the_headline_winner_at_the_other_sizes(sgemm):
+    from kernelbook import tune
+
+    head = {"M": 4096, "N": 4096, "K": 4096}
+    for vid in ("09_autotuned", "10_warptiling", "12_best"):
+        v = sgemm.variant(vid)
+        assert v.is_tuned and head in v.tune_sizes
+        assert tune.sweep_pick(sgemm, v) == head
+        rest = tune.sweep_sizes(sgemm, v)
+        assert rest == [s for s in sgemm.sizes if s not in v.tune_sizes]
+        assert len(rest) == len(sgemm.sizes) - len(v.tune_sizes) > 0
+    # every candidate of 10 and 12 obeys its kernel's static_asserts (the build would fail)
+    for c in (*sgemm.variant("10_warptiling").candidates, *sgemm.variant("12_best").candidates):
+        d = sgemm.variant(c).defines
+        assert d["NUM_THREADS"] == (d["BM"] // d["WM"]) * (d["BN"] // d["WN"]) * 32
+
+
+def test_tuned_sweep_without_tune_sizes_or_headline(root):
+    from kernelbook import tune
+
+    study = load_text(root, TUNED)
+    v = study.variant("09_x")
+    assert tune.sweep_pick(study, v) == {"M": 256, "N": 256, "K": 256}  # the first tune size
+    assert tune.sweep_sizes(study, v) == [s for s in study.sizes if s not in v.tune_sizes]
+    bare = load_text(root, TUNED.replace("      sizes: [{M: 256, N: M, K: M}]\n", ""))
+    assert tune.sweep_sizes(bare, bare.variant("09_x")) == []  # tuned at every size

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, kernelbook_cli, planned_jobs, snakemake
+from conftest import REPO, kernelbook_cli, planned_jobs, run_in, snakemake
 
 from kernelbook import config as cfg
 from kernelbook import tables
@@ -103,6 +103,38 @@ def test_dry_run_lists_a_compile_job_per_variant(repo_copy, nogpu_args):
     # no GPU: nothing is benched
     assert not [rule for rule, _ in jobs if rule in ("bench", "select_tuned", "device")]
     assert not (repo_copy / "results").exists()  # a dry run writes nothing
+
+
+# Plans the DAG of a machine with two H200s: NVML's answer is replaced before Snakemake
+# loads the Snakefile (whose `from kernelbook import gpu` then finds the patched module).
+AS_IF_GPU = """
+import sys
+from kernelbook import gpu
+gpu.detect = lambda: (gpu.GpuInfo(("NVIDIA H200", "NVIDIA H200"), ("GPU-a", "GPU-b"), "580"), "")
+from snakemake.cli import main
+sys.argv = ["snakemake", *sys.argv[1:]]
+main()
+"""
+
+
+def test_gpu_dag_tunes_then_sweeps_the_winner(repo_copy):
+    proc = run_in(repo_copy, ["-c", AS_IF_GPU, "-n", "tables"], timeout=300)
+    assert proc.returncode == 0, output(proc)
+    jobs = planned_jobs(output(proc))
+    study = cfg.load_project_file(repo_copy / "config" / "config.yaml").study("sgemm")
+    tuned = sorted(v.id for v in study.variants if v.is_tuned)
+    assert tuned == ["09_autotuned", "10_warptiling", "12_best"]
+
+    def by(rule):
+        return sorted(w["variant"] for r, w in jobs if r == rule)
+
+    assert by("bench") == sorted(v.id for v in study.jobs())  # every candidate its own job
+    assert by("select_tuned") == tuned
+    assert by("bench_tuned_sweep") == tuned  # each winner runs at the other sizes
+    declared = sorted(v.id for v in study.variants)
+    assert by("profile") == by("sanitize") == declared
+    assert {w["gpu"] for r, w in jobs if "gpu" in w} == {"nvidia-h200"}
+    assert not [r for r, _ in jobs if r in ("worklog", "study_figures", "publish")]
 
 
 def test_full_run_without_gpu(built_repo):
@@ -368,8 +400,9 @@ def test_cli_compile_a_study_not_in_the_config(repo_copy, tmp_path):
         (["compile", "sgemm", "99_nope", "--cubin", "k.cubin"], ["99_nope", "01_naive"]),
         (["compile", "nostudy", "01_naive", "--cubin", "k.cubin"], ["nostudy.yaml"]),
         (["list", "nostudy"], ["nostudy"]),
+        (["bench", "sgemm", "10_warptiling"], ["10_warptiling", "autotuned", "--tuned-table"]),
     ],
-    ids=["bad variant", "bad study", "list bad study"],
+    ids=["bad variant", "bad study", "list bad study", "tuned without its table"],
 )
 def test_cli_errors_are_one_line(repo_copy, args, expect):
     proc = kernelbook_cli(repo_copy, *args)

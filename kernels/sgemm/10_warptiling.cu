@@ -2,15 +2,17 @@
 //
 // Changed from 09: a new level between block and thread. The BM x BN block tile is split into
 // (BM/WM) x (BN/WN) warp tiles; a warp walks its WM x WN tile as WMITER x WNITER sub-tiles of
-// WSUBM x WSUBN, and in each sub-tile every lane owns a TM x TN patch. With the chosen shape
-// (WM=WN=64, WNITER=4, TM=8, TN=4, 128 threads) each thread holds 8 x 16 = 128 accumulators.
+// WSUBM x WSUBN, and in each sub-tile every lane owns a TM x TN patch. In siboehm's shape
+// (WM=WN=64, WNITER=4, TM=8, TN=4, 128 threads) each thread holds 8 x 16 = 128 accumulators;
+// the config tunes the shape (24 candidates: block, warp and thread tiles, 64 or 128
+// accumulators a thread, 4 or 8 warps), and ptxas reports no spills for any of them.
 // The As tile keeps 07's XOR swizzle (stores conflict-free), Bs is plain row-major (a warp's
 // regN loads read 4 distinct contiguous float4 = 64 B: conflict-free as is).
 // Why it should help: (1) 128 results per thread for 8 + 16 shared words per k: 5.3 FFMA per
 // shared word (4 in 06-09); (2) the lanes of a warp share rows/cols of the warp tile, so its
 // shared-memory footprint per k is small and mostly broadcast; (3) register-level locality
 // maps to warps, which the scheduler issues as units; (4) fewer, fatter threads (128/block,
-// 2 blocks/SM) give ILP instead of TLP. ptxas: 228 registers/thread (128 accumulators + 24
+// 2 blocks/SM) give ILP instead of TLP. ptxas, siboehm's shape: 228 registers/thread (128 accumulators + 24
 // fragment registers + addresses), so 2 blocks x 4 warps per SM; forcing 3 blocks
 // (MIN_BLOCKS=3, 168 registers) spills, so MIN_BLOCKS defaults to 1.
 // What the profiler should show: higher sm__inst_executed_pipe_fma share of all issued

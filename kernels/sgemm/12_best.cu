@@ -14,6 +14,8 @@
 //     hidden inside each warp and not only by other warps.
 //  4. Smaller per-thread register footprint (8x8 = 64 accumulators, ~128 registers) so that
 //     MIN_BLOCKS=2 blocks of 256 threads fit per SM (16 warps), with __launch_bounds__.
+//     Block tile, warp tile, BK, STAGES and MIN_BLOCKS are tuned in config (24 candidates,
+//     127-130 registers, no spills).
 //  5. As (transposed A) rows padded to BM + 4: the 4-byte A copies of a warp (16 rows x 2 k-quads
 //     at BK=8) land on 32 distinct banks; all fragment addresses are base + immediate offsets.
 // Mainloop (S = STAGES, tile t lives in stage t % S):

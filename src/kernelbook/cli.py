@@ -137,11 +137,6 @@ def cmd_bench(args) -> int:
     from kernelbook import bench, build, gpu, tables
 
     project, study, variant = _study_variant(args)
-    if variant.is_tuned:
-        raise cfg.ConfigError(
-            f"{study.name}/{variant.id} is autotuned; bench one of its candidates "
-            f"({', '.join(variant.candidates[:3])}, ...) or run the DAG"
-        )
     problem = problems.get(study.problem)
     sizes = None
     if args.size:
@@ -149,6 +144,8 @@ def cmd_bench(args) -> int:
             sizes = [problem.parse_size(t) for t in args.size]
         except ValueError as e:
             raise cfg.ConfigError(str(e)) from None
+    if variant.is_tuned:
+        return _bench_tuned_sweep(args, project, study, variant, sizes)
     slot = gpu.acquire_slot()
     s = project.settings
     flags = " ".join(list(s["nvcc_flags"]) + list(variant.nvcc_flags))
@@ -175,6 +172,41 @@ def cmd_bench(args) -> int:
             sizes=sizes,
             tolerate_failure=args.tolerate_failure,
         )
+    if args.out:
+        tables.write(rows, args.out, "measurements", problem.size_names)
+    _print_rows(rows, problem)
+    return 0
+
+
+def _bench_tuned_sweep(args, project, study, variant, sizes) -> int:
+    """An autotuned variant beyond its tune sizes: the candidate that won at the pick size
+    (tune.sweep_pick) runs at the other sizes, its rows labelled as the tuned variant."""
+    from kernelbook import bench, gpu, tables, tune
+
+    problem = problems.get(study.problem)
+    if not (args.tuned_table and args.build_dir):
+        raise cfg.ConfigError(
+            f"{study.name}/{variant.id} is autotuned: bench one of its candidates "
+            f"({', '.join(variant.candidates[:3])}, ...), or give --tuned-table and --build-dir "
+            "to run the winner at the sizes it was not tuned at"
+        )
+    pick = problem.label(tune.sweep_pick(study, variant))
+    won = tune.winners(tables.read(args.tuned_table)).get(pick)
+    if won is None:
+        raise cfg.ConfigError(
+            f"{study.name}/{variant.id}: no candidate ran correctly at {pick} "
+            f"({args.tuned_table}), so there is no winner to run at the other sizes"
+        )
+    run = study.variant(won)
+    build_dir = Path(args.build_dir) / won
+    build_row = tables.read(build_dir / "build.parquet").iloc[0]
+    flags = " ".join(list(project.settings["nvcc_flags"]) + list(run.nvcc_flags))
+    info = bench.BuildInfo(build_dir / "kernel.cubin", build_row["nvcc_version"], flags)
+    sizes = sizes if sizes is not None else tune.sweep_sizes(study, variant)
+    slot = gpu.acquire_slot()
+    rows = bench.bench_variant(project, study, run, info, slot.uuid, sizes=sizes)
+    for r in rows:
+        r.update(variant=variant.id, variant_kind="tuned", tuned_from=won)
     if args.out:
         tables.write(rows, args.out, "measurements", problem.size_names)
     _print_rows(rows, problem)
@@ -416,6 +448,12 @@ def parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--cubin", help="a compiled cubin (default: compile now)")
     s.add_argument("--build-table", help="the cubin's build table row, for provenance")
+    s.add_argument(
+        "--tuned-table",
+        help="for an autotuned variant: its tuned table; the winner at the headline tune size "
+        "runs at the study's other sizes",
+    )
+    s.add_argument("--build-dir", help="for an autotuned variant: where its candidates' builds are")
     s.add_argument("--out", help="measurements table (Parquet)")
     s.add_argument(
         "--tolerate-failure",

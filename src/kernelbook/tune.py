@@ -5,6 +5,21 @@ from __future__ import annotations
 import pandas as pd
 
 
+def sweep_pick(study, variant) -> dict[str, int]:
+    """The tune size whose winner also runs at the study's other sizes: the headline if it is
+    a tune size, else the first tune size."""
+    if study.headline is not None and study.headline in variant.tune_sizes:
+        return study.headline
+    return variant.tune_sizes[0]
+
+
+def sweep_sizes(study, variant) -> list[dict[str, int]]:
+    """The study's sizes no candidate is benched at (none when the tuning covers them all)."""
+    if not variant.tune_sizes:
+        return []
+    return [s for s in study.sizes if s not in variant.tune_sizes]
+
+
 def winners(tuned_table: pd.DataFrame) -> dict[str, str]:
     """size label -> id of the candidate that won there."""
     rows = tuned_table[(tuned_table["variant_kind"] == "tuned") & (tuned_table["status"] == "ok")]

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kernelbook import figures, problems
+from kernelbook import figures, problems, tune
 
 TABLES = ("measurements", "device", "build", "sass", "profile", "roofline", "sanitizer")
 OPTIONAL_TABLES = ("profile", "roofline", "sanitizer")
@@ -153,6 +153,12 @@ def study_meta(study, root: str | Path) -> dict:
                 "tuned": v.is_tuned,
                 "candidates": list(v.candidates),
                 "tune_space": _tune_space(cands),
+                "tune_sizes": [problem.label(s) for s in v.tune_sizes],
+                "sweep_pick": (
+                    problem.label(tune.sweep_pick(study, v))
+                    if v.is_tuned and tune.sweep_sizes(study, v)
+                    else None
+                ),
                 "source_sha256": sha256_file(path) if path.is_file() else None,
                 "spec_sha256": None if v.is_tuned else v.spec_sha256(),
             }
@@ -619,7 +625,7 @@ def _notes(r) -> str:
     if r["status"] != "ok" and not _isnull(r.get("reason")):
         notes.append(_esc(r["reason"]))
     if r.get("variant_kind") == "tuned" and not _isnull(r.get("tune_point")):
-        notes.append("winner " + figures._point_label(r["tune_point"]))
+        notes.append("tuned: " + figures._point_label(r["tune_point"]))
     if _true(r.get("throttled")):
         notes.append(f"THROTTLED ({_esc(r.get('throttle_reasons')) or 'reason not recorded'})")
     if r.get("correct") is not None and not _isnull(r.get("correct")) and not bool(r["correct"]):
@@ -1046,7 +1052,12 @@ def _variant_section(data, v, prev, head, base, unit, fom) -> list[str]:
         L += [
             f"**Autotuned** over {len(info.get('candidates', []))} candidates"
             + (f" ({dims})" if dims else "")
-            + "; at each size the fastest correct candidate is the variant's row.",
+            + (
+                f"; at {', '.join(info['tune_sizes'])} the fastest correct candidate is the "
+                f"variant's row, and at the other sizes the winner at {info['sweep_pick']} runs."
+                if info.get("sweep_pick")
+                else "; at each size the fastest correct candidate is the variant's row."
+            ),
             "",
         ]
     r = head.loc[v] if v in head.index else None

@@ -1,5 +1,6 @@
 # Bench stage (GPU): check every size against the reference, then time it beside the
-# baseline; autotuning candidates reduce to their tuned variant; one table per study.
+# baseline; autotuning candidates reduce to their tuned variant, whose winner at the headline
+# then runs at the sizes it was not tuned at (sweep/); one table per study.
 
 
 rule bench:
@@ -42,6 +43,30 @@ rule select_tuned:
     shell:
         "{params.py} -m kernelbook --settings {params.settings} select {wildcards.study} "
         "{wildcards.variant} --out {output} {input} > {log} 2>&1"
+
+
+rule bench_tuned_sweep:
+    input:
+        unpack(tuned_inputs),
+    output:
+        f"{R}/{{gpu}}/{{study}}/sweep/{{variant}}.parquet",
+    log:
+        f"{R}/logs/{{study}}/sweep/{{gpu}}/{{variant}}.log",
+    priority: 10
+    conda:
+        "../envs/kernelbook.yaml"
+    resources:
+        gpu=1,
+    params:
+        spec=variant_spec,
+        settings=settings_arg,
+        tuned=tuned_arg,
+        build_dir=lambda w: f"{R}/build/{w.study}",
+        py=PY,
+    shell:
+        "{params.py} -m kernelbook --settings {params.settings} bench {wildcards.study} "
+        "{wildcards.variant} {params.tuned} --build-dir {params.build_dir} --out {output} "
+        "> {log} 2>&1"
 
 
 rule measurements:

@@ -10,6 +10,7 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 from kernelbook import config as kb_config  # noqa: E402
 from kernelbook import gpu as kb_gpu  # noqa: E402
+from kernelbook import tune as kb_tune  # noqa: E402
 
 PROJECT = kb_config.load_project(config, root=workflow.basedir, source="config")
 SETTINGS = PROJECT.settings
@@ -86,12 +87,14 @@ def build_files(kind):
 
 
 def bench_files(wildcards):
-    """Per-job measurement tables of a study: plain variants, and tuned variants' picks."""
+    """Per-job measurement tables of a study: plain variants, tuned variants' picks and sweeps."""
     study = study_of(wildcards)
     out = []
     for v in study.variants:
         sub = "tuned" if v.is_tuned else "bench"
         out.append(f"{R}/{wildcards.gpu}/{wildcards.study}/{sub}/{v.id}.parquet")
+        if v.is_tuned and kb_tune.sweep_sizes(study, v):
+            out.append(f"{R}/{wildcards.gpu}/{wildcards.study}/sweep/{v.id}.parquet")
     return out
 
 
