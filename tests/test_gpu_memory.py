@@ -107,7 +107,8 @@ def test_softmax_variants(tmp_path, study, variant):
         assert df.loc["333x4099", "reason"] == "requires N % VEC == 0"
     else:
         assert df.loc["333x4099", "status"] == "ok"
-    assert df["baseline_mode"].str.contains("softmax").all()
+    ran = df[df["status"] == "ok"]  # a skipped size has no baseline either
+    assert ran["baseline_mode"].str.contains("softmax").all()
 
 
 @pytest.mark.parametrize("study", ["softmax", "softmax_bf16"])

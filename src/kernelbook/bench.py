@@ -45,6 +45,19 @@ def _dims(d) -> str:
     return ",".join(str(x) for x in d)
 
 
+def allow_dynamic_smem(kernel, nbytes: int) -> None:
+    """Opt a kernel in to more than 48 KiB of dynamic shared memory (a CuPy RawKernel, as
+    RawModule.get_function returns; older CuPy returned a Function with a driver handle)."""
+    if hasattr(kernel, "max_dynamic_shared_size_bytes"):
+        kernel.max_dynamic_shared_size_bytes = nbytes
+    else:
+        import cupy as cp
+
+        cp.cuda.driver.funcSetAttribute(
+            kernel.ptr, cp.cuda.driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes
+        )
+
+
 class Bench:
     """The device-side state shared by all sizes of one job."""
 
@@ -90,15 +103,10 @@ class Bench:
             ) from None
 
     def launcher(self, kernel, variant: Variant, sizes, case):
-        cp = self.cp
         launch = variant.launch(sizes)
         if launch.smem > 48 * 1024:
             try:
-                cp.cuda.driver.funcSetAttribute(
-                    kernel.ptr,
-                    cp.cuda.driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    launch.smem,
-                )
+                allow_dynamic_smem(kernel, launch.smem)
             except Exception as e:
                 raise KernelFailure(
                     f"{self.study.name}/{variant.id}: cannot allow {launch.smem} bytes of dynamic "

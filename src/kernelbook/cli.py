@@ -264,11 +264,9 @@ def cmd_launch(args) -> int:
         kernel = cp.RawModule(path=str(cubin)).get_function(variant.entry)
         launch = variant.launch(sizes)
         if launch.smem > 48 * 1024:
-            cp.cuda.driver.funcSetAttribute(
-                kernel.ptr,
-                cp.cuda.driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                launch.smem,
-            )
+            from kernelbook.bench import allow_dynamic_smem
+
+            allow_dynamic_smem(kernel, launch.smem)
         for i in range(args.repeat):
             case.reset()
             kernel(launch.grid, launch.block, case.args, shared_mem=launch.smem)

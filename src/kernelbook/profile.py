@@ -113,14 +113,46 @@ def run_ncu(entry: str, report: Path, launch_cmd: list[str], prof: dict, where: 
     return log
 
 
-def read_report(path: Path) -> tuple[str, list[tuple[str, float | None, str | None]]]:
-    """The first profiled kernel's name and its metrics as (name, value, unit)."""
+def ncu_python_dirs() -> list[Path]:
+    """Where Nsight Compute keeps its own copy of ncu_report: extras/python beside the ncu
+    binary (often reached through a wrapper in cuda/bin), or under the CUDA toolkit."""
+    dirs: list[Path] = []
+    exe = shutil.which("ncu")
+    if exe:
+        real = Path(exe).resolve().parent
+        dirs.append(real / "extras" / "python")
+        dirs += sorted(real.parent.glob("nsight-compute*/extras/python"))
+    for root in ("/usr/local/cuda", *sorted(str(p) for p in Path("/usr/local").glob("cuda-*"))):
+        dirs += sorted(Path(root).glob("nsight-compute*/extras/python"))
+    dirs += sorted(Path("/opt/nvidia/nsight-compute").glob("*/extras/python"))
+    return [d for d in dict.fromkeys(dirs) if (d / "ncu_report.py").is_file()]
+
+
+def import_ncu_report():
+    """The ncu_report module: the ncu-report package, else Nsight Compute's own copy."""
     try:
         import ncu_report
+
+        return ncu_report
     except ImportError as e:
-        raise ProfileError(
-            f"the ncu_report module is missing (pip install ncu-report): {e}"
-        ) from None
+        first = e
+    for d in ncu_python_dirs():
+        sys.path.insert(0, str(d))
+        try:
+            import ncu_report
+
+            return ncu_report
+        except ImportError:
+            sys.path.remove(str(d))
+    raise ProfileError(
+        f"the ncu_report module is missing ({first}): pip install ncu-report, or install "
+        "Nsight Compute, whose extras/python holds a copy"
+    )
+
+
+def read_report(path: Path) -> tuple[str, list[tuple[str, float | None, str | None]]]:
+    """The first profiled kernel's name and its metrics as (name, value, unit)."""
+    ncu_report = import_ncu_report()
     ctx = ncu_report.load_report(str(path))
     if ctx.num_ranges() == 0 or ctx.range_by_idx(0).num_actions() == 0:
         raise ProfileError(f"{path}: the report holds no profiled kernel")
