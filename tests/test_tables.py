@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -578,3 +579,14 @@ def test_tune_select_ignores_failed_even_if_faster():
     out = tune.select(pd.DataFrame(rows), "09_x")
     win = out[(out["variant_kind"] == "tuned") & (out["M"] == 256)].iloc[0]
     assert win["median_ms"] == pytest.approx(0.021)
+
+
+def test_git_commit_prefers_the_commit_named_by_the_environment(monkeypatch, tmp_path):
+    from kernelbook import gpu
+
+    monkeypatch.setenv("KERNELBOOK_GIT_COMMIT", "0123abcd")
+    assert gpu.git_commit(Path(__file__).resolve().parents[1]) == "0123abcd"
+    monkeypatch.delenv("KERNELBOOK_GIT_COMMIT")
+    here = gpu.git_commit(Path(__file__).resolve().parents[1])
+    assert re.fullmatch(r"[0-9a-f]{40}(-dirty)?", here), here
+    assert gpu.git_commit(tmp_path) == "unknown"  # no git, no variable

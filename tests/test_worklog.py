@@ -805,3 +805,51 @@ def test_where_a_worklog_reads_its_tables(published_repo, monkeypatch):
     assert away.publish_inputs() == [] and "NVML unavailable" in away.publish_args()
     said = away.announce(file=io.StringIO())
     assert "nvidia-h200/sgemm (measured 2026-11-29)" in said
+
+
+# ------------------------------------------------------------------------------------------
+# A comment-only edit keeps a measurement current
+
+
+def test_comment_only_source_change_is_not_stale(tmp_path):
+    import hashlib
+    import subprocess
+
+    from kernelbook.publish import comments_only_change, strip_comments
+
+    repo = tmp_path / "r"
+    (repo / "k").mkdir(parents=True)
+    src = repo / "k" / "a.cu"
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    git("config", "user.email", "t@example.com")
+    git("config", "user.name", "t")
+    v1 = (
+        "// header\n__global__ void f(float* x) { x[0] = 1.0f; /* one */ }\n"
+        'const char* s = "//x";\n'
+    )
+    src.write_text(v1)
+    git("add", ".")
+    git("commit", "-q", "-m", "v1")
+    measured = [hashlib.sha256(v1.encode()).hexdigest()]
+
+    # comments reworded and added, blank lines and indentation changed: still current
+    src.write_text(
+        "// header, now with what ncu measured\n//   (2 lines)\n\n"
+        "__global__ void f(float* x) {   x[0] = 1.0f; /* the one */ }\n"
+        'const char* s = "//x";\n'
+    )
+    assert comments_only_change(repo, "k/a.cu", measured)
+    # a change inside a string literal, or to the code, is a change
+    src.write_text(v1.replace('"//x"', '"//y"'))
+    assert not comments_only_change(repo, "k/a.cu", measured)
+    src.write_text(v1.replace("1.0f", "2.0f"))
+    assert not comments_only_change(repo, "k/a.cu", measured)
+    # a measured version git does not know, or no git at all: cannot be shown, so stale
+    assert not comments_only_change(repo, "k/a.cu", ["0" * 64])
+    src.write_text(v1)
+    assert not comments_only_change(tmp_path / "nogit", "k/a.cu", measured)
+    assert strip_comments("a /* x\n y */ b // z\n\n c") == "a b\nc"

@@ -252,8 +252,11 @@ def _cuda_version_text(v: int) -> str:
 
 
 def git_commit(root: Path) -> str:
-    """The commit measured: git if the tree has one, else KERNELBOOK_GIT_COMMIT."""
+    """The commit measured: KERNELBOOK_GIT_COMMIT if set (a tree copied to a GPU host may
+    carry a .git whose HEAD is not the code that was sent), else git's HEAD (+ -dirty)."""
     env = os.environ.get("KERNELBOOK_GIT_COMMIT")
+    if env:
+        return env
     try:
         out = subprocess.run(
             ["git", "-C", str(root), "rev-parse", "HEAD"],
@@ -272,7 +275,7 @@ def git_commit(root: Path) -> str:
             return commit + ("-dirty" if dirty else "")
     except (OSError, subprocess.TimeoutExpired):
         pass
-    return env or "unknown"
+    return "unknown"
 
 
 def now() -> datetime:

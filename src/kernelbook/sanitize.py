@@ -62,6 +62,14 @@ def sanitizer_exe() -> str:
     return exe
 
 
+def sanitizer_command(exe: str, tool: str, launch: list[str], padding: int = 0) -> list[str]:
+    """compute-sanitizer running one tool on a launch; memcheck pads every allocation."""
+    cmd = [exe, "--tool", tool, "--print-limit", "20"]
+    if tool == "memcheck" and padding:
+        cmd += ["--padding", str(padding)]
+    return cmd + list(launch)
+
+
 def sanitize_variant(
     project,
     study,
@@ -85,7 +93,8 @@ def sanitize_variant(
     rows = []
     for tool in tools:
         launch = launch_command(project, study, variant, label, cubin, "--exact")
-        cmd = [sanitizer_exe(), "--tool", tool, "--print-limit", "20", *launch]
+        padding = project.settings["sanitize"]["padding_bytes"]
+        cmd = sanitizer_command(sanitizer_exe(), tool, launch, padding)
         limit = max(300.0, 20 * float(study.timing["launch_timeout_s"]))
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=limit)

@@ -1,0 +1,239 @@
+"""The profile and sanitize stages' CPU side, on real output captured on the H200:
+
+- tests/fixtures/sgemm_02_256.ncu-rep: Nsight Compute's report of 02_coalescing at 256^3;
+- tests/fixtures/san-*.txt: compute-sanitizer's output for clean and planted-bug controls at
+  100^3 (92_oob writes past C, 93_race shares tiles without barriers);
+
+plus the roofline arithmetic on values worked out by hand.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from kernelbook import profile, sanitize
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+REPORT = FIXTURES / "sgemm_02_256.ncu-rep"
+
+
+# ------------------------------------------------------------------------------------------
+# The report reader
+
+
+@pytest.fixture(scope="module")
+def report():
+    kernel, rows = profile.read_report(REPORT)
+    return kernel, {name: (value, unit) for name, value, unit in rows}
+
+
+def test_report_names_the_profiled_kernel(report):
+    kernel, metrics = report
+    assert kernel == "sgemm_coalescing"
+    assert len(metrics) > 100  # the default sections and metrics, not a handful
+
+
+def test_report_counts_the_gemm_ffmas(report):
+    _, m = report
+    ffma, unit = m["sm__sass_thread_inst_executed_op_ffma_pred_on.sum"]
+    mnk = 256**3
+    # M*N*K in the k loop plus one per output for alpha*acc + beta*C
+    assert ffma == mnk + 256 * 256, ffma
+    assert unit == "inst"
+    # no other FP32 math in this kernel: the roofline's FLOPs are 2 per FFMA
+    assert m["sm__sass_thread_inst_executed_op_fadd_pred_on.sum"][0] == 0
+
+
+def test_report_values_carry_units(report):
+    _, m = report
+    assert m["gpu__time_duration.sum"][1] == "ns" and m["gpu__time_duration.sum"][0] > 1000
+    assert m["dram__bytes_read.sum"][1] == "byte"
+    assert m["launch__registers_per_thread"] == (32.0, "register/thread")
+    # every traffic level is present for the roofline: bytes grow from DRAM to L1
+    dram = m["dram__bytes_read.sum"][0] + m["dram__bytes_write.sum"][0]
+    assert 0 < dram <= m["lts__t_bytes.sum"][0] <= m["l1tex__t_bytes.sum"][0]
+    stalls = [
+        n for n in m if n.startswith(profile.STALL_PREFIX) and n.endswith(profile.STALL_SUFFIX)
+    ]
+    assert len(stalls) >= 10
+
+
+def test_report_reader_rejects_a_file_that_is_no_report(tmp_path):
+    bad = tmp_path / "bad.ncu-rep"
+    bad.write_bytes(b"not a report")
+    with pytest.raises(Exception) as e:
+        profile.read_report(bad)
+    assert not isinstance(e.value, AssertionError)
+
+
+def test_the_report_becomes_a_roofline_row(report):
+    _, m = report
+    rows = [
+        {
+            "study": "sgemm",
+            "variant": "02_coalescing",
+            "M": 256,
+            "N": 256,
+            "K": 256,
+            "size": "256x256x256",
+            "metric": name,
+            "value": value,
+            "gpu_name": "NVIDIA H200",
+            "gpu_uuid": "GPU-x",
+        }
+        for name, (value, _) in m.items()
+    ]
+    roof = profile.roofline(pd.DataFrame(rows), None, None, ("M", "N", "K"), lambda s: 2 * 256**3)
+    r = roof.iloc[0]
+    assert abs(r["flop"] / r["flop_expected"] - 1) < 0.01
+    assert r["ai_dram"] > r["ai_l2"] > r["ai_l1"] > 0
+    assert r["top_stall"] and r["top_stall"] != "selected"
+    assert r["registers_per_thread"] == 32
+
+
+# ------------------------------------------------------------------------------------------
+# Roofline arithmetic on known values
+
+
+def _profile_rows(metrics: dict[str, float], variant="v", size="1024x1024x1024"):
+    return pd.DataFrame(
+        [
+            {
+                "study": "s",
+                "variant": variant,
+                "M": 1024,
+                "N": 1024,
+                "K": 1024,
+                "size": size,
+                "metric": k,
+                "value": v,
+                "gpu_name": "G",
+                "gpu_uuid": "U",
+            }
+            for k, v in metrics.items()
+        ]
+    )
+
+
+KNOWN = {
+    "sm__sass_thread_inst_executed_op_ffma_pred_on.sum": 1e9,  # 2e9 FLOP
+    "sm__sass_thread_inst_executed_op_fadd_pred_on.sum": 1e8,  # + 1e8
+    "sm__sass_thread_inst_executed_op_dmul_pred_on.sum": 5e7,  # + 5e7 (FP64 counts too)
+    "dram__bytes_read.sum": 3e8,
+    "dram__bytes_write.sum": 1e8,  # 4e8 bytes at DRAM
+    "lts__t_bytes.sum": 1.075e9,
+    "l1tex__t_bytes.sum": 2.15e10,
+    "gpu__time_duration.sum": 1e6,  # 1 ms
+    "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum": 3.2e6,
+    "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum": 1e5,
+    "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio": 2.5,
+    "smsp__average_warps_issue_stalled_selected_per_issue_active.ratio": 9.0,
+    "smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio": 0.7,
+}
+
+
+def test_roofline_arithmetic_on_known_values():
+    meas = pd.DataFrame(
+        [{"variant": "v", "size": "1024x1024x1024", "status": "ok", "median_ms": 1.02}]
+    )
+    device = pd.DataFrame(
+        {
+            "quantity": ["copy_gbps", "l2_gbps", "l1_gbps", "fp32_peak_tflops"],
+            "value": [4000.0, 5000.0, 20000.0, 60.0],
+        }
+    )
+    r = profile.roofline(
+        _profile_rows(KNOWN), meas, device, ("M", "N", "K"), lambda s: 2 * 1024**3
+    ).iloc[0]
+    flop = 2e9 + 1e8 + 5e7
+    assert r["flop"] == flop
+    assert r["dram_bytes"] == 4e8 and r["l2_bytes"] == 1.075e9 and r["l1_bytes"] == 2.15e10
+    assert r["ai_dram"] == pytest.approx(flop / 4e8)  # 5.375 FLOP/byte
+    assert r["ai_l2"] == pytest.approx(2.0)
+    assert r["ai_l1"] == pytest.approx(0.1)
+    assert r["ncu_time_ms"] == 1.0
+    assert r["tflops"] == pytest.approx(2.15)
+    assert r["dram_gbps"] == pytest.approx(400.0)
+    assert r["event_over_ncu"] == pytest.approx(1.02)
+    assert r["global_st_sectors_per_request"] == pytest.approx(32.0)
+    assert r["top_stall"] == "long_scoreboard"  # "selected" is issuing, not a stall
+    assert r["top_stall_ratio"] == 2.5
+    # attainable: compute 60000 GFLOP/s; DRAM 4000*5.375 = 21500; L2 5000*2 = 10000;
+    # L1 20000*0.1 = 2000 GFLOP/s, the lowest roof
+    assert r["bound"] == "l1"
+    assert math.isnan(r["smem_bank_conflicts_ld"])  # not collected: NaN, not 0
+
+
+def test_bound_picks_the_lowest_roof():
+    ceil = {"copy_gbps": 4000.0, "l2_gbps": 5000.0, "l1_gbps": 20000.0, "fp32_peak_tflops": 60.0}
+    assert profile.bound({"dram": 100.0, "l2": 50.0, "l1": 10.0}, ceil) == "compute"
+    assert profile.bound({"dram": 1.0, "l2": 50.0, "l1": 10.0}, ceil) == "dram"
+    assert profile.bound({"dram": None, "l2": None, "l1": None}, ceil) == "compute"
+    assert profile.bound({"dram": 1.0}, {}) is None
+
+
+# ------------------------------------------------------------------------------------------
+# compute-sanitizer output
+
+
+@pytest.mark.parametrize(
+    ("fixture", "tool"),
+    [
+        ("san-memcheck-clean.txt", "memcheck"),
+        ("san-racecheck-clean.txt", "racecheck"),
+        ("san-initcheck-clean.txt", "initcheck"),
+        ("san-synccheck-clean.txt", "synccheck"),
+    ],
+)
+def test_sanitizer_clean_runs_parse_as_clean(fixture, tool):
+    f = sanitize.parse(tool, (FIXTURES / fixture).read_text())
+    assert (f.tool, f.errors, f.warnings, f.first) == (tool, 0, 0, None)
+
+
+def test_memcheck_finding_names_the_source_line():
+    f = sanitize.parse("memcheck", (FIXTURES / "san-memcheck-oob.txt").read_text())
+    assert f.errors == 4
+    assert "Invalid __global__ write of size 4 bytes" in f.first
+    assert f.first.endswith("92_oob.cu:12")
+
+
+def test_racecheck_counts_errors_and_warnings():
+    f = sanitize.parse("racecheck", (FIXTURES / "san-racecheck-race.txt").read_text())
+    assert (f.errors, f.warnings) == (1, 1)
+    assert "93_race.cu:" in f.first
+
+
+def test_sanitizer_output_without_a_summary_is_an_error():
+    text = (FIXTURES / "san-memcheck-oob.txt").read_text().split("ERROR SUMMARY")[0]
+    with pytest.raises(sanitize.SanitizeError, match="no summary line"):
+        sanitize.parse("memcheck", text)
+
+
+def test_memcheck_pads_allocations_and_the_other_tools_do_not():
+    launch = ["python", "-m", "kernelbook", "launch"]
+    mem = sanitize.sanitizer_command("cs", "memcheck", launch, 4096)
+    assert mem == ["cs", "--tool", "memcheck", "--print-limit", "20", "--padding", "4096", *launch]
+    race = sanitize.sanitizer_command("cs", "racecheck", launch, 4096)
+    assert "--padding" not in race and race[-4:] == launch
+    assert "--padding" not in sanitize.sanitizer_command("cs", "memcheck", launch, 0)
+
+
+def test_gate_lists_unexplained_findings_only():
+    table = pd.DataFrame(
+        [
+            {"variant": "a", "size": "100", "tool": "memcheck", "verdict": "clean", "errors": 0,
+             "warnings": 0, "first_finding": None},
+            {"variant": "b", "size": "100", "tool": "racecheck", "verdict": "known", "errors": 2,
+             "warnings": 0, "first_finding": "x"},
+            {"variant": "c", "size": "100", "tool": "memcheck", "verdict": "findings", "errors": 3,
+             "warnings": 0, "first_finding": "Invalid write at c.cu:9"},
+        ]
+    )  # fmt: skip
+    lines = sanitize.gate(table, "s")
+    assert lines == [
+        "s/c at 100: memcheck reports 3 error(s), 0 warning(s): Invalid write at c.cu:9"
+    ]
