@@ -237,3 +237,12 @@ def test_gate_lists_unexplained_findings_only():
     assert lines == [
         "s/c at 100: memcheck reports 3 error(s), 0 warning(s): Invalid write at c.cu:9"
     ]
+
+
+def test_a_kernel_without_flops_has_no_flop_bound():
+    moves = {k: v for k, v in KNOWN.items() if "_pred_on" not in k}
+    device = pd.DataFrame({"quantity": ["copy_gbps", "fp32_peak_tflops"], "value": [4e3, 60.0]})
+    r = profile.roofline(_profile_rows(moves), None, device, ("M", "N", "K"), lambda s: 0).iloc[0]
+    assert r["flop"] == 0 and r["ai_dram"] == 0
+    assert r["dram_gbps"] == pytest.approx(400.0)
+    assert r["bound"] is None

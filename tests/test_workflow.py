@@ -30,6 +30,16 @@ def job_ids(root: Path, study: str = "sgemm") -> list[str]:
     return [v.id for v in project.study(study).jobs()]
 
 
+def all_job_ids(root: Path) -> list[tuple[str, str]]:
+    """(study, job) of every configured study."""
+    project = cfg.load_project_file(root / "config" / "config.yaml")
+    return sorted((name, v.id) for name, st in project.studies.items() for v in st.jobs())
+
+
+def compiled_jobs(jobs) -> list[tuple[str, str]]:
+    return sorted((w["study"], w["variant"]) for rule, w in jobs if rule == "compile")
+
+
 def output(proc: subprocess.CompletedProcess) -> str:
     return proc.stdout + proc.stderr
 
@@ -97,9 +107,12 @@ def test_dry_run_lists_a_compile_job_per_variant(repo_copy, nogpu_args):
     jobs = planned_jobs(output(proc))
     ids = job_ids(repo_copy)
     assert {"01_naive", "02_coalescing"} <= set(ids)
-    assert compiled_variants(jobs) == sorted(ids)
-    assert all(w.get("study") == "sgemm" for rule, w in jobs if rule == "compile")
-    assert sorted(rule for rule, _ in jobs if rule != "compile") == sorted(GATHERS)
+    assert compiled_jobs(jobs) == all_job_ids(repo_copy)  # every study, every variant
+    studies = list(cfg.load_project_file(repo_copy / "config" / "config.yaml").studies)
+    assert {"sgemm", "transpose", "softmax", "softmax_bf16"} <= set(studies)
+    expect = {"all": 1, "build_table": len(studies), "sass_table": len(studies)}
+    gathers = [rule for rule, _ in jobs if rule != "compile"]
+    assert {r: gathers.count(r) for r in set(gathers)} == expect
     # no GPU: nothing is benched
     assert not [rule for rule, _ in jobs if rule in ("bench", "select_tuned", "device")]
     assert not (repo_copy / "results").exists()  # a dry run writes nothing
@@ -126,7 +139,7 @@ def test_gpu_dag_tunes_then_sweeps_the_winner(repo_copy):
     assert tuned == ["09_autotuned", "10_warptiling", "12_best"]
 
     def by(rule):
-        return sorted(w["variant"] for r, w in jobs if r == rule)
+        return sorted(w["variant"] for r, w in jobs if r == rule and w["study"] == "sgemm")
 
     assert by("bench") == sorted(v.id for v in study.jobs())  # every candidate its own job
     assert by("select_tuned") == tuned
@@ -264,10 +277,10 @@ def test_config_gpu_none(repo_copy):
     notes = [line for line in proc.stderr.splitlines() if "no GPU here" in line]
     assert notes == [
         "kernelbook: no GPU here (config says gpu: none): compiling only; bench, device, "
-        "profile and sanitize skipped for sgemm"
+        "profile and sanitize skipped for sgemm, transpose, softmax, softmax_bf16"
     ]
     jobs = planned_jobs(output(proc))
-    assert compiled_variants(jobs) == sorted(job_ids(repo_copy))
+    assert compiled_jobs(jobs) == all_job_ids(repo_copy)
     assert {rule for rule, _ in jobs} == {"compile", *GATHERS}
 
 

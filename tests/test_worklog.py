@@ -718,7 +718,7 @@ def test_longer_ladder_page_hides_nothing(ladder_repo, tmp_path):
     assert len(cand_table) == n_cand
     failed = [r for r in cand_table if r["status"] == "failed"]
     assert len(failed) == 1 and "wrong result" in failed[0]["notes"]
-    assert "winner BM" in md  # the tuned rows name their winning point
+    assert "tuned: BM" in md  # the tuned rows name their winning point
     # the SASS mix shows an autotuned variant through its winning candidate
     cid = worklog.candidate_id("09_autotuned", win["tune_point"])
     sass = pd.DataFrame(
@@ -787,10 +787,10 @@ def test_where_a_worklog_reads_its_tables(published_repo, monkeypatch):
     assert "profile" not in named  # no rule makes it here, and no file is there
     assert here.worklog_inputs(w)["study_figures"] == f"results/{GPU}/{STUDY}/study_figures"
     assert here.targets(GPU) == [
-        f"results/{GPU}/{STUDY}/worklog.md",
-        f"results/{GPU}/{STUDY}/worklog.html",
+        f"results/{GPU}/{s}/worklog.{ext}" for s in project.studies for ext in ("md", "html")
     ]
-    assert here.publish_args() == f"{GPU}/{STUDY}"
+    assert f"results/{GPU}/{STUDY}/worklog.md" in here.targets(GPU)
+    assert here.publish_args() == " ".join(f"{GPU}/{s}" for s in project.studies)
     assert here.stale(w) == "[]"
     assert here.mode(SimpleNamespace(gpu="nvidia-h100", study=STUDY)) == "replay"
 
@@ -801,7 +801,11 @@ def test_where_a_worklog_reads_its_tables(published_repo, monkeypatch):
     assert named["measurements"] == f"{data}/measurements.parquet"
     assert named["meta"] == f"{data}/study.json"
     assert set(named) == {"measurements", "device", "build", "sass", "meta"}
-    assert away.targets(None) == here.targets(GPU)  # every published study
+    published = publish.published(published_repo / "worklogs")
+    assert (GPU, STUDY) in published
+    assert away.targets(None) == [  # every published study
+        f"results/{g}/{s}/worklog.{ext}" for g, s in published for ext in ("md", "html")
+    ]
     assert away.publish_inputs() == [] and "NVML unavailable" in away.publish_args()
     said = away.announce(file=io.StringIO())
     assert "nvidia-h200/sgemm (measured 2026-11-29)" in said

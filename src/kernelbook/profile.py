@@ -350,7 +350,8 @@ def roofline(
                 ),
                 "top_stall": top,
                 "top_stall_ratio": stalls.get(top) if top else None,
-                "bound": bound(ai, ceil),
+                # no FLOPs (a copy, a transpose): no FLOP roofline to be bound by
+                "bound": bound(ai, ceil) if flop > 0 else None,
                 "gpu_name": first["gpu_name"],
                 "gpu_uuid": first["gpu_uuid"],
             }
