@@ -470,7 +470,12 @@ def autotune(
     tuned = list(dict.fromkeys(candidates["tuned_from"].dropna()))
     unit = "TFLOP/s" if metric == "tflops" else "GB/s"
     fig, axes = plt.subplots(
-        len(tuned), 1, figsize=(8.0, 3.8 * len(tuned)), squeeze=False, sharex=False
+        len(tuned),
+        1,
+        figsize=(8.0, 3.8 * len(tuned)),
+        squeeze=False,
+        sharex=False,
+        layout="constrained",  # rotated size labels clear the next panel's title
     )
     rng = np.random.default_rng(0)
     for ax, t in zip(axes[:, 0], tuned, strict=True):

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Run a long GPU workload through short command windows (a lent GPU host whose commands are
+# cut after a few minutes): the first call starts WORKLOAD detached (setsid), every call then
+# watches it for at most SECONDS and copies a snapshot of the results and logs into OUT_DIR.
+# Call it again (the host must still be the same) until it reports "done".
+#
+#   scripts/gpu-detached.sh SECONDS OUT_DIR WORKLOAD [ARGS...]
+#
+# e.g. with a workload that runs the DAG, then the GPU tests one pytest invocation each:
+#   scripts/gpu-detached.sh 540 "$OUT" bash -c 'scripts/gpu-host.sh python3 -m snakemake \
+#       --cores 32 --resources gpu=2 --keep-going tables; scripts/gpu-host.sh python3 -m pytest -m gpu'
+#
+# State lives in $KERNELBOOK_DETACHED_DIR (default /tmp/kernelbook-detached): the workload's
+# output (workload.log), its exit status (workload.rc) once it ends, and its start time.
+# Snapshots leave out .ncu-rep reports and cubins (large, rebuilt from the tables' hashes).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+if [ $# -lt 3 ]; then
+  echo "usage: $0 SECONDS OUT_DIR WORKLOAD [ARGS...]" >&2
+  exit 2
+fi
+secs=$1 out=$2
+shift 2
+st=${KERNELBOOK_DETACHED_DIR:-/tmp/kernelbook-detached}
+mkdir -p "$st" "$out"
+if [ ! -f "$st/started" ]; then
+  date -u +%FT%TZ > "$st/started"
+  setsid nohup bash -c '"$@" > "$0/workload.log" 2>&1; echo $? > "$0/workload.rc"' \
+    "$st" "$@" < /dev/null > /dev/null 2>&1 &
+  echo "started: $*"
+fi
+end=$(($(date +%s) + secs))
+while [ "$(date +%s)" -lt "$end" ] && [ ! -f "$st/workload.rc" ]; do sleep 3; done
+if [ -f "$st/workload.rc" ]; then
+  echo "done: exit $(cat "$st/workload.rc") (started $(cat "$st/started"))"
+else
+  echo "still running (started $(cat "$st/started")); call again to go on watching"
+fi
+tail -n 40 "$st/workload.log" | cut -c1-300
+tar czf "$out/results.tgz" --exclude='*.ncu-rep' --exclude='*.cubin' results 2>/dev/null
+tar czf "$out/state.tgz" -C "$(dirname "$st")" "$(basename "$st")" 2>/dev/null
+ls -l "$out"
