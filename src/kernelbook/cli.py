@@ -148,7 +148,7 @@ def cmd_bench(args) -> int:
         return _bench_tuned_sweep(args, project, study, variant, sizes)
     slot = gpu.acquire_slot()
     s = project.settings
-    flags = " ".join(list(s["nvcc_flags"]) + list(variant.nvcc_flags))
+    flags = _nvcc_flags(project, variant)
     with tempfile.TemporaryDirectory() as tmp:
         if args.cubin:
             build_row = tables.read(args.build_table).iloc[0] if args.build_table else None
@@ -190,27 +190,29 @@ def _bench_tuned_sweep(args, project, study, variant, sizes) -> int:
             f"({', '.join(variant.candidates[:3])}, ...), or give --tuned-table and --build-dir "
             "to run the winner at the sizes it was not tuned at"
         )
-    pick = problem.label(tune.sweep_pick(study, variant))
-    won = tune.winners(tables.read(args.tuned_table)).get(pick)
-    if won is None:
+    pick = tune.sweep_pick(study, variant)
+    won = _targets(args, project, study, variant, [pick])
+    if not won:
         raise cfg.ConfigError(
-            f"{study.name}/{variant.id}: no candidate ran correctly at {pick} "
+            f"{study.name}/{variant.id}: no candidate ran correctly at {problem.label(pick)} "
             f"({args.tuned_table}), so there is no winner to run at the other sizes"
         )
-    run = study.variant(won)
-    build_dir = Path(args.build_dir) / won
-    build_row = tables.read(build_dir / "build.parquet").iloc[0]
-    flags = " ".join(list(project.settings["nvcc_flags"]) + list(run.nvcc_flags))
-    info = bench.BuildInfo(build_dir / "kernel.cubin", build_row["nvcc_version"], flags)
+    run, cubin, _ = won[0]
+    build_row = tables.read(cubin.parent / "build.parquet").iloc[0]
+    info = bench.BuildInfo(cubin, build_row["nvcc_version"], _nvcc_flags(project, run))
     sizes = sizes if sizes is not None else tune.sweep_sizes(study, variant)
     slot = gpu.acquire_slot()
     rows = bench.bench_variant(project, study, run, info, slot.uuid, sizes=sizes)
     for r in rows:
-        r.update(variant=variant.id, variant_kind="tuned", tuned_from=won)
+        r.update(variant=variant.id, variant_kind="tuned", tuned_from=run.id)
     if args.out:
         tables.write(rows, args.out, "measurements", problem.size_names)
     _print_rows(rows, problem)
     return 0
+
+
+def _nvcc_flags(project, variant) -> str:
+    return " ".join(list(project.settings["nvcc_flags"]) + list(variant.nvcc_flags))
 
 
 def _print_rows(rows, problem):

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import re
 import shutil
@@ -166,13 +165,9 @@ def study_summary(worklogs: str | Path, gpu: str, study: str) -> dict:
     return worklog.summary(data)
 
 
-def _present(x) -> bool:
-    return x is not None and not (isinstance(x, float) and math.isnan(x))
-
-
 def index(worklogs: str | Path = WORKLOGS) -> str:
     """worklogs/README.md: every published study on every GPU with its headline number."""
-    from kernelbook.worklog import fmt, md_table
+    from kernelbook.worklog import _isnull, fmt, md_table
 
     pairs = published(worklogs)
     lines = [
@@ -205,7 +200,7 @@ def index(worklogs: str | Path = WORKLOGS) -> str:
             b = sm["best"]
             if not b:
                 head = "no ok measurement at the headline size"
-            elif _present(b.get("pct_of_copy")):  # bandwidth studies: the copy roofline first
+            elif not _isnull(b.get("pct_of_copy")):  # bandwidth studies: the copy roofline first
                 head = (
                     f"**{fmt(b['pct_of_copy'])} %** of copy, {fmt(b['pct_of_baseline'])} % of "
                     f"{sm['baseline']} ({b['variant']})"
@@ -230,7 +225,7 @@ def index(worklogs: str | Path = WORKLOGS) -> str:
                 sm["headline"],
                 b.get("variant", "—"),
                 fmt(b.get("pct_of_baseline")),
-                fmt(b.get("pct_of_copy")) if _present(b.get("pct_of_copy")) else "—",
+                fmt(b.get("pct_of_copy")) if not _isnull(b.get("pct_of_copy")) else "—",
                 f"{fmt(b.get(fom))} / {fmt(b.get('baseline_' + fom))}",
                 str(sm["variants"]),
                 dates,
