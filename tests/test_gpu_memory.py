@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from kernelbook import gpu
+from kernelbook import config, gpu
 
 ROOT = Path(__file__).resolve().parents[1]
 INFO, WHY = gpu.detect()
@@ -36,6 +36,18 @@ SOFTMAX = [
     "05_online_vectorized",
 ]
 ITEMSIZE = {"softmax": 4, "softmax_bf16": 2}
+
+
+def _tuned(study: str, vid: str) -> list[str]:
+    """A tuned variant through its first, middle and last candidate (each is its own job)."""
+    p = config.load_project_file(ROOT / "config" / "config.yaml", overrides={"studies": [study]})
+    c = p.study(study).variant(vid).candidates
+    return sorted({c[0], c[len(c) // 2], c[-1]})
+
+
+TRANSPOSE_JOBS = TRANSPOSE + _tuned("transpose", "06_tuned")
+SOFTMAX_JOBS = [(s, v) for s in ("softmax", "softmax_bf16") for v in SOFTMAX]
+SOFTMAX_JOBS += [(s, v) for s in ("softmax", "softmax_bf16") for v in _tuned(s, "06_online_tuned")]
 
 
 def settings(study, timing=FAST) -> dict:
@@ -80,29 +92,28 @@ def assert_bandwidth_columns(df: pd.DataFrame) -> None:
 # Every variant: correct at a small and at odd shapes, with the copy ceiling beside it
 
 
-@pytest.mark.parametrize("variant", TRANSPOSE)
+@pytest.mark.parametrize("variant", TRANSPOSE_JOBS)
 def test_transpose_variants(tmp_path, variant):
     df = bench(tmp_path, "transpose", variant, "1024", "1000x3000", "4097x4095").set_index("size")
     assert_bandwidth_columns(df.reset_index())
     assert df.loc["1024x1024", "status"] == df.loc["1000x3000", "status"] == "ok"
     assert (df.loc[df["status"] == "ok", "rel_err"] == 0).all()  # bit-exact
     assert df.loc["1000x3000", "bytes_min"] == 2 * 1000 * 3000 * 4
-    if variant == "05_vectorized":
+    if variant.startswith(("05_vectorized", "06_tuned")):
         assert df.loc["4097x4095", "status"] == "skipped"
         assert df.loc["4097x4095", "reason"] == "requires M % 4 == 0 and N % 4 == 0"
     else:
         assert df.loc["4097x4095", "status"] == "ok"
 
 
-@pytest.mark.parametrize("study", ["softmax", "softmax_bf16"])
-@pytest.mark.parametrize("variant", SOFTMAX)
+@pytest.mark.parametrize(("study", "variant"), SOFTMAX_JOBS)
 def test_softmax_variants(tmp_path, study, variant):
     df = bench(tmp_path, study, variant, "4096x128", "4096x1000", "333x4099").set_index("size")
     assert_bandwidth_columns(df.reset_index())
     assert (df["dtype"] == ("float32" if study == "softmax" else "bfloat16")).all()
     assert df.loc["4096x128", "status"] == df.loc["4096x1000", "status"] == "ok"
     assert df.loc["4096x1000", "bytes_min"] == 2 * 4096 * 1000 * ITEMSIZE[study]
-    if variant == "05_online_vectorized":
+    if variant.startswith(("05_online_vectorized", "06_online_tuned")):
         assert df.loc["333x4099", "status"] == "skipped"
         assert df.loc["333x4099", "reason"] == "requires N % VEC == 0"
     else:
@@ -206,8 +217,7 @@ def test_naive_transpose_shows_its_store_sectors(tmp_path):
 
 @pytest.mark.parametrize(
     ("study", "variant"),
-    [("transpose", v) for v in TRANSPOSE]
-    + [(s, v) for s in ("softmax", "softmax_bf16") for v in SOFTMAX],
+    [("transpose", v) for v in TRANSPOSE_JOBS] + SOFTMAX_JOBS,
 )
 def test_sanitizer_clean(tmp_path, study, variant):
     build_dir = tmp_path / "build"

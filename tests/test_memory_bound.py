@@ -368,13 +368,21 @@ def test_transpose_study(transpose):
         "03_smem_padded",
         "04_multi_element",
         "05_vectorized",
+        "06_tuned",
     ]
     for v in t.variants:
-        assert v.source == f"kernels/transpose/{v.id}.cu"
+        src = "05_vectorized" if v.id == "06_tuned" else v.id  # 06 tunes 05's kernel
+        assert v.source == f"kernels/transpose/{src}.cu"
         assert "pct_of_copy" in v.predict and "pct_of_baseline" in v.predict
         assert v.says
     # sanitize at the smallest size every variant runs (flops are 0: the first listed)
     assert all(t.sanitize_size_for(v) == {"M": 1024, "N": 1024} for v in t.variants)
+    # 06: TILE x THREADS with 1-4 float4 a thread, each with and without streaming hints
+    tuned = t.variant("06_tuned")
+    points = sorted((c.tune_point["TILE"], c.tune_point["THREADS"]) for c in t.candidates)
+    assert points == sorted(2 * [(32, 128), (32, 256), (64, 256), (64, 512)])
+    assert len(tuned.candidates) == 8 and all(c.tuned_from == "06_tuned" for c in t.candidates)
+    assert tuned.tune_sizes == ({"M": 16384, "N": 16384}, {"M": 8192, "N": 8192})
 
 
 def test_transpose_copy_variant_computes_copy(transpose):
@@ -392,11 +400,16 @@ def test_transpose_requires(transpose):
     assert vec.unmet({"M": 4097, "N": 4095}) == ["M % 4 == 0", "N % 4 == 0"]
     assert vec.unmet({"M": 1000, "N": 3000}) == []
     for v in transpose.variants:
-        if v.id != "05_vectorized":
+        if v.id not in ("05_vectorized", "06_tuned"):
             assert all(not v.unmet(s) for s in transpose.sizes), v.id
+    assert transpose.variant("06_tuned").requires == vec.requires
 
 
-@pytest.mark.parametrize("vid", ["01_naive", "02_smem_tiled", "04_multi_element", "05_vectorized"])
+TILED = ["01_naive", "02_smem_tiled", "04_multi_element", "05_vectorized"]
+TILED += ["06_tuned__TILE32_THREADS128_STREAM0", "06_tuned__TILE64_THREADS512_STREAM1"]
+
+
+@pytest.mark.parametrize("vid", TILED)
 def test_transpose_grids_cover_the_matrix(transpose, vid):
     v = transpose.variant(vid)
     tile_x, tile_y = {
@@ -404,6 +417,8 @@ def test_transpose_grids_cover_the_matrix(transpose, vid):
         "02_smem_tiled": (32, 32),
         "04_multi_element": (32, 32),
         "05_vectorized": (32, 32),
+        "06_tuned__TILE32_THREADS128_STREAM0": (32, 32),
+        "06_tuned__TILE64_THREADS512_STREAM1": (64, 64),
     }[vid]
     for s in transpose.sizes:
         if v.unmet(s):
@@ -440,11 +455,13 @@ def test_softmax_studies(project, study):
         "03_warp_shuffle",
         "04_online",
         "05_online_vectorized",
+        "06_online_tuned",
     ]
     flag = "DTYPE_F32" if dtype == "float32" else "DTYPE_BF16"
     other = "DTYPE_BF16" if dtype == "float32" else "DTYPE_F32"
-    for v in s.variants:
-        assert v.source == f"kernels/softmax/{v.id}.cu"  # one source for both dtypes
+    for v in (*s.variants, *s.candidates):
+        src = "05_online_vectorized" if v.id.startswith("06") else v.id  # 06 tunes 05
+        assert v.source == f"kernels/softmax/{src}.cu"  # one source for both dtypes
         assert v.defines[flag] == 1 and other not in v.defines
         assert "pct_of_copy" in v.predict
     vec = s.variant("05_online_vectorized")
@@ -452,6 +469,15 @@ def test_softmax_studies(project, study):
     assert vec.defines["EPT"] == 4 * vec.defines["VEC"]
     assert vec.unmet({"R": 333, "N": 4099}) == ["N % VEC == 0"]
     assert vec.unmet({"R": 4096, "N": 1000}) == []
+    # 06: 3 chunk depths x 3 row widths, VEC as 05's; EPT sets 1024, 512 or 256 threads a
+    # row at N = 65536
+    tuned = s.variant("06_online_tuned")
+    assert len(tuned.candidates) == 9 and tuned.requires == vec.requires
+    widths = set()
+    for c in s.candidates:
+        assert c.defines["VEC"] == vec.defines["VEC"] and c.tune_point["CACHE"] in (2, 4, 8)
+        widths.add(c.launch({"R": 4096, "N": 65536}).block[:2])
+    assert widths == {(1024, 1), (512, 1), (256, 1)}
     # sanitize at the smallest size (by the problem's cost): 4096 x 128
     assert all(s.sanitize_size_for(v) == {"R": 4096, "N": 128} for v in s.variants)
 
@@ -461,7 +487,7 @@ def test_softmax_geometry(project, study):
     """Row groups: GX threads per row (a multiple of 32, at most 1024), GY rows per block."""
     s = project.study(study)
     seen = {}
-    for v in s.variants[1:]:
+    for v in (*s.variants[1:], *s.candidates):
         for size in s.sizes:
             if v.unmet(size):
                 continue
@@ -535,27 +561,39 @@ def test_softmax_study_with_unsupported_dtype(tmp_path, project):
 # Every variant, compiled by the real nvcc
 
 
-ALL_VARIANTS = [
-    ("transpose", v)
-    for v in (
-        "00_copy",
-        "01_naive",
-        "02_smem_tiled",
-        "03_smem_padded",
-        "04_multi_element",
-        "05_vectorized",
-    )
-] + [
-    (study, v)
-    for study in ("softmax", "softmax_bf16")
-    for v in (
-        "01_three_pass",
-        "02_fused_block",
-        "03_warp_shuffle",
-        "04_online",
-        "05_online_vectorized",
-    )
-]
+def _candidates(study: str) -> list[tuple[str, str]]:
+    """The autotuning candidates the config declares: each compiles and runs as its own job."""
+    p = cfg.load_project_file(REPO / "config" / "config.yaml", overrides={"studies": [study]})
+    return [(study, c.id) for c in p.study(study).candidates]
+
+
+ALL_VARIANTS = (
+    [
+        ("transpose", v)
+        for v in (
+            "00_copy",
+            "01_naive",
+            "02_smem_tiled",
+            "03_smem_padded",
+            "04_multi_element",
+            "05_vectorized",
+        )
+    ]
+    + _candidates("transpose")
+    + [
+        (study, v)
+        for study in ("softmax", "softmax_bf16")
+        for v in (
+            "01_three_pass",
+            "02_fused_block",
+            "03_warp_shuffle",
+            "04_online",
+            "05_online_vectorized",
+        )
+    ]
+    + _candidates("softmax")
+    + _candidates("softmax_bf16")
+)
 
 # static shared memory each variant declares (bytes)
 SMEM = {
@@ -571,6 +609,12 @@ SMEM = {
     "04_online": 2 * 32 * 4,
     "05_online_vectorized": 2 * 32 * 4,
 }
+
+
+def smem_bytes(v) -> int:
+    if v.id.startswith("06_tuned"):  # 05's padded tile at the candidate's TILE
+        return v.defines["TILE"] * (v.defines["TILE"] + v.defines["PAD"]) * 4
+    return SMEM[v.id.split("__")[0].replace("06_online_tuned", "05_online_vectorized")]
 
 
 @pytest.fixture(scope="module")
@@ -600,7 +644,7 @@ def test_variant_compiles_without_spills(built, project, study, vid):
     assert r.function == v.entry
     assert r.spill_store_bytes == 0 and r.spill_load_bytes == 0, res.log
     assert r.stack_bytes == 0
-    assert r.smem_static_bytes == SMEM[vid]
+    assert r.smem_static_bytes == smem_bytes(v)
     # a 1024-thread block must fit the register file: 64K registers / 1024 threads
     block_threads = max(
         math.prod(v.launch(s).block) for s in project.study(study).sizes if not v.unmet(s)
@@ -612,6 +656,11 @@ def test_variant_compiles_without_spills(built, project, study, vid):
     assert not ops & {"LDL", "STL"}  # no local memory
     if vid in ("02_smem_tiled", "03_smem_padded", "04_multi_element", "05_vectorized"):
         assert {"LDS", "STS", "BAR"} <= ops
+    if vid.startswith("06_tuned"):
+        assert {"LDS", "STS", "BAR"} <= ops
+        # STREAM=1 marks every global access evict-first; STREAM=0 none
+        glob = [op for op in res.sass if op.split(".")[0] in ("LDG", "STG")]
+        assert all((".EF" in op) == (v.defines["STREAM"] == 1) for op in glob), glob
     if study.startswith("softmax"):
         assert "MUFU" in ops  # exp2 on the special-function unit
 
@@ -624,6 +673,7 @@ def test_variant_compiles_without_spills(built, project, study, vid):
         ("transpose", "05_vectorized"),
         ("softmax", "05_online_vectorized"),
         ("softmax_bf16", "05_online_vectorized"),
+        *(c for c in ALL_VARIANTS if c[1].startswith("06")),
     ],
 )
 def test_vectorized_variants_use_128_bit_global_accesses(built, study, vid):
@@ -642,7 +692,7 @@ def test_vectorized_variants_use_128_bit_global_accesses(built, study, vid):
 @needs_nvcc
 def test_scalar_variants_do_not_vectorize(built):
     for study, vid in ALL_VARIANTS:
-        if vid in ("00_copy", "05_vectorized", "05_online_vectorized"):
+        if vid in ("00_copy", "05_vectorized", "05_online_vectorized") or vid.startswith("06"):
             continue
         ops = _global_ops(built[study, vid].sass)
         assert not any(".128" in op for op in ops), (study, vid, ops)

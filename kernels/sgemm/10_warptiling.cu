@@ -4,8 +4,9 @@
 // (BM/WM) x (BN/WN) warp tiles; a warp walks its WM x WN tile as WMITER x WNITER sub-tiles of
 // WSUBM x WSUBN, and in each sub-tile every lane owns a TM x TN patch. In siboehm's shape
 // (WM=WN=64, WNITER=4, TM=8, TN=4, 128 threads) each thread holds 8 x 16 = 128 accumulators;
-// the config tunes the shape (24 candidates: block, warp and thread tiles, 64 or 128
-// accumulators a thread, 4 or 8 warps), and ptxas reports no spills for any of them.
+// the config tunes the shape (36 candidates: block, warp and thread tiles, 64 or 128
+// accumulators a thread, 4 or 8 warps, BK 16 or 32: a 32-deep tile halves the barriers and
+// doubles the loads in flight per k-step), and ptxas reports no spills for any of them.
 // The As tile keeps 07's XOR swizzle (stores conflict-free), Bs is plain row-major (a warp's
 // regN loads read 4 distinct contiguous float4 = 64 B: conflict-free as is).
 // Why it should help: (1) 128 results per thread for 8 + 16 shared words per k: 5.3 FFMA per

@@ -16,6 +16,8 @@
 // Shapes: M % 4 == 0 and N % 4 == 0 (rows of in and out 16-byte aligned, and a float4 is then
 // wholly inside or wholly outside the matrix); partial tiles at the edges are handled.
 // Launch: block (THREADS), grid (cdiv(N, TILE), cdiv(M, TILE)).
+// Optional STREAM=1 (06_tuned sweeps it): loads and stores carry the evict-first hint
+// (__ldcs / __stcs, LDG.E.EF / STG.E.EF): every byte is touched once, so L2 need not keep it.
 
 #ifndef TILE
 #error "TILE must be defined"
@@ -25,6 +27,16 @@
 #endif
 #ifndef PAD
 #error "PAD (floats of padding per tile row) must be defined"
+#endif
+#ifndef STREAM
+#define STREAM 0
+#endif
+#if STREAM
+#define LOAD4(p) __ldcs(p)
+#define STORE4(p, v) __stcs(p, v)
+#else
+#define LOAD4(p) (*(p))
+#define STORE4(p, v) (*(p) = (v))
 #endif
 static_assert(TILE % 32 == 0, "TILE must be a multiple of 32");
 static_assert((TILE * TILE / 4) % THREADS == 0, "THREADS must divide the tile's float4 count");
@@ -44,7 +56,7 @@ transpose_vec4(int M, int N, const float* __restrict__ in, float* __restrict__ o
     const int idx = i * THREADS + tid;
     const int r = idx / Q, c = 4 * (idx % Q);
     if (row0 + r < M && col0 + c < N)
-      v[i] = *reinterpret_cast<const float4*>(in + (size_t)(row0 + r) * N + col0 + c);
+      v[i] = LOAD4(reinterpret_cast<const float4*>(in + (size_t)(row0 + r) * N + col0 + c));
   }
 #pragma unroll
   for (int i = 0; i < PER_THREAD; ++i) {
@@ -64,7 +76,7 @@ transpose_vec4(int M, int N, const float* __restrict__ in, float* __restrict__ o
     const int c = idx / Q, r = 4 * (idx % Q);  // tile column c = output row; r..r+3 = output cols
     if (col0 + c < N && row0 + r < M) {
       const float4 w = make_float4(tile[r][c], tile[r + 1][c], tile[r + 2][c], tile[r + 3][c]);
-      *reinterpret_cast<float4*>(out + (size_t)(col0 + c) * M + row0 + r) = w;
+      STORE4(reinterpret_cast<float4*>(out + (size_t)(col0 + c) * M + row0 + r), w);
     }
   }
 }

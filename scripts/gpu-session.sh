@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# One GPU session, start to end (run it through scripts/gpu-detached.sh on a lent host):
+# every study's measured tables in one snakemake invocation on all GPUs, its wall time
+# recorded, then the GPU tests: those that need every GPU alone, the rest split across the
+# GPUs (one runner per GPU), the PRIORITY patterns first (see scripts/gpu-tests.sh).
+#
+#   scripts/gpu-session.sh [PRIORITY...]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ngpu=$(nvidia-smi -L | grep -c '^GPU')
+mkdir -p results/logs
+t0=$(date +%s)
+scripts/gpu-host.sh python3 -m snakemake --cores "$(nproc)" --resources gpu="$ngpu" \
+  --keep-going tables
+rc=$?
+echo "tables: exit $rc, $(($(date +%s) - t0)) s wall on $ngpu GPU(s), commit ${KERNELBOOK_GIT_COMMIT:-?}" \
+  | tee results/logs/tables-wall.txt
+whole='test_concurrent_jobs_land_on_distinct_gpus|test_negative_controls_caught'
+ONLY=1 scripts/gpu-host.sh scripts/gpu-tests.sh "$whole"
+for ((g = 0; g < ngpu; g++)); do
+  CUDA_VISIBLE_DEVICES=$g SHARD=$g/$ngpu SKIP="$whole" scripts/gpu-host.sh scripts/gpu-tests.sh "$@" &
+done
+wait
+cat results/logs/gpu-tests/summary*.tsv | awk -F'\t' '{n++; bad += ($2 != 0)} END {print n " GPU tests, " bad " failed"}'
