@@ -5,8 +5,14 @@
 # GPUs (one runner per GPU), the PRIORITY patterns first (see scripts/gpu-tests.sh).
 #
 #   scripts/gpu-session.sh [PRIORITY...]
+# KERNELBOOK_GIT_COMMIT must name the commit the tree was copied from (the copy's .git may
+# be older; `git rev-parse HEAD` where you committed, not on the host).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+if [ -z "${KERNELBOOK_GIT_COMMIT:-}" ]; then
+  echo "gpu-session.sh: set KERNELBOOK_GIT_COMMIT to the commit this tree was copied from" >&2
+  exit 2
+fi
 ngpu=$(nvidia-smi -L | grep -c '^GPU')
 mkdir -p results/logs
 t0=$(date +%s)

@@ -224,10 +224,10 @@ def test_concurrent_jobs_land_on_distinct_gpus(tmp_path):
             "4",
             "--resources",
             "gpu=2",
+            *targets,  # before --config, which takes every name=value pair after it
             "--config",
             f"results={results}",
             "timing={min_time_s: 0.02, max_time_s: 2}",
-            *targets,
         ],
         cwd=ROOT,
         capture_output=True,
