@@ -857,3 +857,23 @@ def test_comment_only_source_change_is_not_stale(tmp_path):
     src.write_text(v1)
     assert not comments_only_change(tmp_path / "nogit", "k/a.cu", measured)
     assert strip_comments("a /* x\n y */ b // z\n\n c") == "a b\nc"
+
+
+def test_kernels_without_flops_get_the_bandwidth_roofline(tmp_path):
+    """A transpose does no arithmetic: its roofline is each level's GB/s under that level's
+    ceiling, drawn from the published H200 tables; without bandwidths it is refused."""
+    figures.style()
+    data = REPO / "worklogs" / GPU / "transpose" / "data"
+    roof = tables.read(data / "roofline.parquet")
+    assert (roof["flop"] == 0).all()
+    ceil = figures.ceilings(tables.read(data / "device.parquet"))
+    order = list(roof["variant"])
+    f = figures.roofline(roof, order, tmp_path, ceil=ceil, size_label="16384x16384")
+    assert f.title == "Bandwidth roofline" and "intensity 0" in f.caption
+    assert (tmp_path / f.png).stat().st_size > 8_000 and (tmp_path / f.svg).is_file()
+    svg = (tmp_path / f.svg).read_text()
+    best = roof.set_index("variant")["dram_gbps"].max()
+    assert f"{best:,.0f}" in svg  # the bars are labelled with the measured GB/s
+    bare = roof.drop(columns=["dram_gbps", "l2_gbps", "l1_gbps"])
+    with pytest.raises(figures.NoData, match="FLOP rate or a bandwidth"):
+        figures.roofline(bare, order, tmp_path, ceil=ceil, size_label="16384x16384")

@@ -301,6 +301,10 @@ def roofline(
         raise NoData("the device table has no compute peak or DRAM bandwidth ceiling")
     levels = [("ai_dram", "DRAM", "o"), ("ai_l2", "L2", "s"), ("ai_l1", "L1", "^")]
     pts = roof[roof["tflops"].notna() & (roof["tflops"] > 0)]
+    if pts.empty and "flop" in roof and (roof["flop"].fillna(0) == 0).all():
+        # no arithmetic at all (a transpose, a copy): intensity is 0 at every level, so the
+        # roofline reduces to its bandwidth roofs
+        return bandwidth_roofline(roof, order, outdir, ceil=ceil, size_label=size_label)
     if pts.empty or not any(pts[c].notna().any() for c, _, _ in levels):
         raise NoData("no roofline row has both an intensity and a FLOP rate")
     colors = palette(order)
@@ -373,6 +377,66 @@ def roofline(
         "where available). A point far below every roof is latency- or issue-bound."
     )
     return save(fig, outdir, "roofline", "Hierarchical roofline", caption)
+
+
+def bandwidth_roofline(
+    roof: pd.DataFrame,
+    order: list[str],
+    outdir,
+    *,
+    ceil: dict[str, float],
+    size_label: str,
+) -> Figure:
+    """The roofline of kernels that do no arithmetic: each variant's achieved bandwidth at
+    DRAM, L2 and L1 (ncu bytes over ncu time) against that level's measured ceiling."""
+    levels = [
+        ("dram_gbps", "DRAM", "copy_gbps" if "copy_gbps" in ceil else "dram_peak_gbps"),
+        ("l2_gbps", "L2", "l2_gbps"),
+        ("l1_gbps", "L1", "l1_gbps"),
+    ]
+    levels = [lv for lv in levels if lv[0] in roof and roof[lv[0]].notna().any()]
+    if not levels:
+        raise NoData("no roofline row has a FLOP rate or a bandwidth")
+    variants = [v for v in order if v in set(roof["variant"])]
+    colors = palette(order)
+    fig, axes = plt.subplots(
+        1, len(levels), figsize=(3.2 * len(levels) + 1.5, 0.42 * len(variants) + 1.6), sharey=True
+    )
+    axes = np.atleast_1d(axes)
+    y = np.arange(len(variants))
+    for ax, (col, name, key) in zip(axes, levels, strict=True):
+        vals = [
+            _num(roof.loc[roof["variant"] == v, col].iloc[0]) if v in variants else math.nan
+            for v in variants
+        ]
+        ax.barh(y, [0 if math.isnan(x) else x for x in vals], color=[colors[v] for v in variants])
+        roof_bw = ceil.get(key)
+        if roof_bw:
+            ax.axvline(roof_bw, color="gray", linestyle="--", linewidth=1.2)
+            ax.text(roof_bw, -0.7, f"{roof_bw:,.0f}", fontsize=7, color="dimgray", ha="right")
+        for yi, x in zip(y, vals, strict=True):
+            if not math.isnan(x):
+                pct = f" ({100 * x / roof_bw:.0f} %)" if roof_bw else ""
+                ax.text(x, yi, f" {x:,.0f}{pct}", va="center", fontsize=7)
+        ax.set_title(f"{name}")
+        ax.set_xlabel("GB/s (ncu bytes / ncu time)")
+        right = max([x for x in vals if not math.isnan(x)] + [roof_bw or 0])
+        ax.set_xlim(0, right * 1.35)
+    axes[0].set_yticks(y, variants)
+    axes[0].invert_yaxis()
+    fig.suptitle(f"Bandwidth roofline at {size_label} (no FLOPs: intensity 0 at every level)")
+    fig.tight_layout()
+    caption = (
+        "These kernels do no arithmetic, so each variant's roofline point sits at intensity 0 "
+        "and only the bandwidth roofs bind: the bars are the bytes ncu counted at each level "
+        "over ncu's kernel time, the dashed line that level's ceiling from the device table "
+        "(measured copy bandwidth for DRAM; the pipeline's L2 and L1 micro-benchmarks, which "
+        "measure reads into the SMs: L2's byte count also holds the writes and the traffic "
+        "with DRAM, so a kernel that reads and writes can pass that line). Bytes beyond the "
+        "minimum (a re-read, a partial sector) lengthen a bar without raising the figure of "
+        "merit."
+    )
+    return save(fig, outdir, "roofline", "Bandwidth roofline", caption)
 
 
 # ------------------------------------------------------------------------------------------
