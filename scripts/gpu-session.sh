@@ -19,7 +19,7 @@ t0=$(date +%s)
 scripts/gpu-host.sh python3 -m snakemake --cores "$(nproc)" --resources gpu="$ngpu" \
   --keep-going tables
 rc=$?
-echo "tables: exit $rc, $(($(date +%s) - t0)) s wall on $ngpu GPU(s), commit ${KERNELBOOK_GIT_COMMIT:-?}" \
+echo "tables: exit $rc, $(($(date +%s) - t0)) s wall on $ngpu GPU(s), commit $KERNELBOOK_GIT_COMMIT" \
   | tee results/logs/tables-wall.txt
 whole='test_concurrent_jobs_land_on_distinct_gpus|test_negative_controls_caught'
 ONLY=1 scripts/gpu-host.sh scripts/gpu-tests.sh "$whole"

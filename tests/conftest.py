@@ -23,6 +23,16 @@ COPY_ITEMS = ("Snakefile", "workflow", "config", "kernels", "profiles", "src")
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.egg-info", "*.pyc", ".snakemake", "results")
 
 
+def candidate_sample(study: str, vid: str) -> list[str]:
+    """A tuned variant through its first, middle and last candidate (each is its own job):
+    the GPU tests run these rather than every point of the space."""
+    from kernelbook import config
+
+    p = config.load_project_file(REPO / "config" / "config.yaml", overrides={"studies": [study]})
+    c = p.study(study).variant(vid).candidates
+    return sorted({c[0], c[len(c) // 2], c[-1]})
+
+
 def copy_repo(dest: Path) -> Path:
     """Copy what the pipeline needs from the real repository into ``dest``."""
     dest.mkdir(parents=True, exist_ok=True)

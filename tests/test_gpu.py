@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import candidate_sample
 
 from kernelbook import gpu
 
@@ -319,11 +320,9 @@ def _sgemm_jobs():
 
     study = config.load_project_file(ROOT / "config" / "config.yaml").study("sgemm")
     plain = [v.id for v in study.variants if not v.is_tuned]
-    tuned = [v for v in study.variants if v.is_tuned]
-    # every tuned variant through its first, middle and last candidate
-    for v in tuned:
-        c = v.candidates
-        plain += sorted({c[0], c[len(c) // 2], c[-1]})
+    for v in study.variants:
+        if v.is_tuned:
+            plain += candidate_sample("sgemm", v.id)
     return plain
 
 

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import candidate_sample
 
-from kernelbook import config, gpu
+from kernelbook import gpu
 
 ROOT = Path(__file__).resolve().parents[1]
 INFO, WHY = gpu.detect()
@@ -38,16 +39,11 @@ SOFTMAX = [
 ITEMSIZE = {"softmax": 4, "softmax_bf16": 2}
 
 
-def _tuned(study: str, vid: str) -> list[str]:
-    """A tuned variant through its first, middle and last candidate (each is its own job)."""
-    p = config.load_project_file(ROOT / "config" / "config.yaml", overrides={"studies": [study]})
-    c = p.study(study).variant(vid).candidates
-    return sorted({c[0], c[len(c) // 2], c[-1]})
-
-
-TRANSPOSE_JOBS = TRANSPOSE + _tuned("transpose", "06_tuned")
+TRANSPOSE_JOBS = TRANSPOSE + candidate_sample("transpose", "06_tuned")
 SOFTMAX_JOBS = [(s, v) for s in ("softmax", "softmax_bf16") for v in SOFTMAX]
-SOFTMAX_JOBS += [(s, v) for s in ("softmax", "softmax_bf16") for v in _tuned(s, "06_online_tuned")]
+SOFTMAX_JOBS += [
+    (s, v) for s in ("softmax", "softmax_bf16") for v in candidate_sample(s, "06_online_tuned")
+]
 
 
 def settings(study, timing=FAST) -> dict:

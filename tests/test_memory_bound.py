@@ -612,9 +612,9 @@ SMEM = {
 
 
 def smem_bytes(v) -> int:
-    if v.id.startswith("06_tuned"):  # 05's padded tile at the candidate's TILE
+    if v.tuned_from == "06_tuned":  # 05's padded tile at the candidate's TILE
         return v.defines["TILE"] * (v.defines["TILE"] + v.defines["PAD"]) * 4
-    return SMEM[v.id.split("__")[0].replace("06_online_tuned", "05_online_vectorized")]
+    return SMEM[Path(v.source).stem]  # a softmax 06 candidate declares what 05's source does
 
 
 @pytest.fixture(scope="module")

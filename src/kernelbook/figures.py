@@ -295,16 +295,16 @@ def roofline(
     """Each variant at its DRAM, L2 and L1 arithmetic intensity under the device's ceilings."""
     if roof is None or roof.empty:
         raise NoData("no roofline rows")
+    if "flop" in roof and (roof["flop"].fillna(0) == 0).all():
+        # no arithmetic at all (a transpose, a copy): intensity is 0 at every level, so the
+        # roofline reduces to its bandwidth roofs, and no compute peak is needed
+        return bandwidth_roofline(roof, order, outdir, ceil=ceil, size_label=size_label)
     peak = ceil.get("fp32_peak_tflops") or ceil.get("cublas_fp32_tflops")
     dram = ceil.get("copy_gbps") or ceil.get("dram_peak_gbps")
     if not peak or not dram:
         raise NoData("the device table has no compute peak or DRAM bandwidth ceiling")
     levels = [("ai_dram", "DRAM", "o"), ("ai_l2", "L2", "s"), ("ai_l1", "L1", "^")]
     pts = roof[roof["tflops"].notna() & (roof["tflops"] > 0)]
-    if pts.empty and "flop" in roof and (roof["flop"].fillna(0) == 0).all():
-        # no arithmetic at all (a transpose, a copy): intensity is 0 at every level, so the
-        # roofline reduces to its bandwidth roofs
-        return bandwidth_roofline(roof, order, outdir, ceil=ceil, size_label=size_label)
     if pts.empty or not any(pts[c].notna().any() for c, _, _ in levels):
         raise NoData("no roofline row has both an intensity and a FLOP rate")
     colors = palette(order)
@@ -405,10 +405,7 @@ def bandwidth_roofline(
     axes = np.atleast_1d(axes)
     y = np.arange(len(variants))
     for ax, (col, name, key) in zip(axes, levels, strict=True):
-        vals = [
-            _num(roof.loc[roof["variant"] == v, col].iloc[0]) if v in variants else math.nan
-            for v in variants
-        ]
+        vals = [_num(roof.loc[roof["variant"] == v, col].iloc[0]) for v in variants]
         ax.barh(y, [0 if math.isnan(x) else x for x in vals], color=[colors[v] for v in variants])
         roof_bw = ceil.get(key)
         if roof_bw:
