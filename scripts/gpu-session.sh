@@ -16,10 +16,11 @@ fi
 ngpu=$(nvidia-smi -L | grep -c '^GPU')
 mkdir -p results/logs
 t0=$(date +%s)
+# KERNELBOOK_STUDIES (e.g. "[sgemm]") narrows the run to some studies of config/config.yaml
 scripts/gpu-host.sh python3 -m snakemake --cores "$(nproc)" --resources gpu="$ngpu" \
-  --keep-going tables
+  --keep-going tables ${KERNELBOOK_STUDIES:+--config "studies=$KERNELBOOK_STUDIES"}
 rc=$?
-echo "tables: exit $rc, $(($(date +%s) - t0)) s wall on $ngpu GPU(s), commit $KERNELBOOK_GIT_COMMIT" \
+echo "tables${KERNELBOOK_STUDIES:+ $KERNELBOOK_STUDIES}: exit $rc, $(($(date +%s) - t0)) s wall on $ngpu GPU(s), commit $KERNELBOOK_GIT_COMMIT" \
   | tee results/logs/tables-wall.txt
 whole='test_concurrent_jobs_land_on_distinct_gpus|test_negative_controls_caught'
 ONLY=1 scripts/gpu-host.sh scripts/gpu-tests.sh "$whole"

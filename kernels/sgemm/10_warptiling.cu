@@ -22,6 +22,15 @@
 // ~2-way read conflict on As (8 distinct threadRows 32 B apart per LDS.128), expected, to be
 // confirmed by ncu.
 //
+// PREFETCH (tuned, 0 or 1): with 1, tile t+1's float4s are loaded into registers before tile t
+// computes and stored into a second shared stage after it, so the LDG latency overlaps the
+// FFMAs inside each warp and a tile needs one barrier instead of two. The cost is registers:
+// 16-24 more (ptxas: 151 at 128x128x16, so one 256-thread block per SM instead of two; BK 8
+// with MIN_BLOCKS=2 fits 128 without spills, 64x128 tiles keep 3 blocks of 128 threads).
+// On the H200 the plain loop's 16 warps/SM already hide most of the LDG latency: an
+// exploration before this study found no prefetching candidate faster than the best plain
+// one, and the 8-warp ones far slower. The worklog's autotuning table keeps them all.
+//
 // Sizes: any M and N remainder and any K remainder (per-float4 guards, zero fill), with
 // K % 4 == 0 and N % 4 == 0 for the 16-byte accesses (covers 4096x4096x1000 and 3000^3).
 // Launch: grid (cdiv(N, BN), cdiv(M, BM)), block (NUM_THREADS), no dynamic smem.
@@ -57,6 +66,10 @@
 #ifndef MIN_BLOCKS
 #define MIN_BLOCKS 1   // optional: minimum resident blocks per SM for __launch_bounds__
 #endif
+#ifndef PREFETCH
+#define PREFETCH 0     // optional: 1 = load tile t+1 into registers while tile t computes
+#endif
+#define SMEM_STAGES ((PREFETCH) ? 2 : 1)
 
 #define WARPSIZE 32
 #define WMITER ((WM) * (WN) / (WARPSIZE * (TM) * (TN) * (WNITER)))
@@ -77,7 +90,8 @@ static_assert(NUM_THREADS % (BK / 4) == 0 && BM % (NUM_THREADS / (BK / 4)) == 0,
 static_assert(NUM_THREADS % (BN / 4) == 0 && BK % (NUM_THREADS / (BN / 4)) == 0,
               "B tile: the float4 loads must cover BK x BN exactly");
 static_assert(BM % 32 == 0 && BK <= 32 && (128 / BK) % 4 == 0, "As swizzle assumptions (see AS_IDX)");
-static_assert((BM * BK + BK * BN) * 4 <= 48 * 1024, "static shared memory over 48 KiB");
+static_assert(PREFETCH == 0 || PREFETCH == 1, "PREFETCH is 0 or 1");
+static_assert(SMEM_STAGES * (BM * BK + BK * BN) * 4 <= 48 * 1024, "static shared memory over 48 KiB");
 
 // As: transposed A tile, As[k][m], m XOR-swizzled by the k-quad (as in 07): the scalar transposed
 // stores of one warp (128/BK rows x BK/4 k-quads) hit 32 distinct banks; the key is a multiple
@@ -88,8 +102,8 @@ extern "C" __global__ void __launch_bounds__(NUM_THREADS, MIN_BLOCKS)
 sgemm_warptiling(int M, int N, int K, float alpha, const float* __restrict__ A,
                  const float* __restrict__ B, float beta, float* __restrict__ C)
 {
-    __shared__ __align__(16) float As[BK * BM];
-    __shared__ __align__(16) float Bs[BK * BN];
+    __shared__ __align__(16) float As[SMEM_STAGES * BK * BM];
+    __shared__ __align__(16) float Bs[SMEM_STAGES * BK * BN];
 
     const int tid = threadIdx.x;
     const int warpIdx = tid / WARPSIZE;
@@ -106,10 +120,44 @@ sgemm_warptiling(int M, int N, int K, float alpha, const float* __restrict__ A,
     constexpr int strideA = NUM_THREADS / (BK / 4);
     const int innerRowB = tid / (BN / 4), innerColB = tid % (BN / 4);
     constexpr int strideB = NUM_THREADS / (BN / 4);
+    constexpr int loadsA = BM / strideA, loadsB = BK / strideB;   // float4 loads a thread, a tile
 
     // this thread's first row/col inside the block tile
     const int tRow = warpRow * WM + threadRowInWarp * TM;   // + wSubRow * WSUBM + i
     const int tCol = warpCol * WN + threadColInWarp * TN;   // + wSubCol * WSUBN + j
+
+    // global -> registers: tile k0's float4s of A and B (zeros outside the matrices)
+    float4 ra[loadsA], rb[loadsB];
+    auto load_tile = [&](int k0) {
+#pragma unroll
+        for (int l = 0; l < loadsA; ++l) {
+            const int gr = rowBase + innerRowA + l * strideA, gc = k0 + innerColA * 4;
+            ra[l] = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (gr < M && gc < K) ra[l] = *reinterpret_cast<const float4*>(&A[gr * K + gc]);
+        }
+#pragma unroll
+        for (int l = 0; l < loadsB; ++l) {
+            const int gr = k0 + innerRowB + l * strideB, gc = colBase + innerColB * 4;
+            rb[l] = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (gr < K && gc < N) rb[l] = *reinterpret_cast<const float4*>(&B[gr * N + gc]);
+        }
+    };
+    // registers -> shared stage st: A transposed (4 scalar stores), B as it is (one float4)
+    auto store_tile = [&](int st) {
+        float* as = As + st * BK * BM;
+        float* bs = Bs + st * BK * BN;
+#pragma unroll
+        for (int l = 0; l < loadsA; ++l) {
+            const int r = innerRowA + l * strideA;
+            as[AS_IDX(innerColA * 4 + 0, r)] = ra[l].x;
+            as[AS_IDX(innerColA * 4 + 1, r)] = ra[l].y;
+            as[AS_IDX(innerColA * 4 + 2, r)] = ra[l].z;
+            as[AS_IDX(innerColA * 4 + 3, r)] = ra[l].w;
+        }
+#pragma unroll
+        for (int l = 0; l < loadsB; ++l)
+            *reinterpret_cast<float4*>(&bs[(innerRowB + l * strideB) * BN + innerColB * 4]) = rb[l];
+    };
 
     float acc[WMITER * TM][WNITER * TN];
 #pragma unroll
@@ -118,35 +166,16 @@ sgemm_warptiling(int M, int N, int K, float alpha, const float* __restrict__ A,
         for (int j = 0; j < WNITER * TN; ++j) acc[i][j] = 0.0f;
     float regM[WMITER * TM], regN[WNITER * TN];
 
-    for (int k0 = 0; k0 < K; k0 += BK) {
-#pragma unroll
-        for (int off = 0; off < BM; off += strideA) {
-            const int r = innerRowA + off;
-            const int gr = rowBase + r, gc = k0 + innerColA * 4;
-            float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (gr < M && gc < K) v = *reinterpret_cast<const float4*>(&A[gr * K + gc]);
-            As[AS_IDX(innerColA * 4 + 0, r)] = v.x;
-            As[AS_IDX(innerColA * 4 + 1, r)] = v.y;
-            As[AS_IDX(innerColA * 4 + 2, r)] = v.z;
-            As[AS_IDX(innerColA * 4 + 3, r)] = v.w;
-        }
-#pragma unroll
-        for (int off = 0; off < BK; off += strideB) {
-            const int r = innerRowB + off;
-            const int gr = k0 + r, gc = colBase + innerColB * 4;
-            float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (gr < K && gc < N) v = *reinterpret_cast<const float4*>(&B[gr * N + gc]);
-            *reinterpret_cast<float4*>(&Bs[r * BN + innerColB * 4]) = v;
-        }
-        __syncthreads();
-
+    auto compute = [&](int st) {
+        const float* as = As + st * BK * BM;
+        const float* bs = Bs + st * BK * BN;
 #pragma unroll
         for (int dot = 0; dot < BK; ++dot) {
 #pragma unroll
             for (int ws = 0; ws < WMITER; ++ws)
 #pragma unroll
                 for (int i = 0; i < TM; i += 4) {
-                    const float4 a = *reinterpret_cast<const float4*>(&As[AS_IDX(dot, tRow + ws * WSUBM + i)]);
+                    const float4 a = *reinterpret_cast<const float4*>(&as[AS_IDX(dot, tRow + ws * WSUBM + i)]);
                     regM[ws * TM + i + 0] = a.x; regM[ws * TM + i + 1] = a.y;
                     regM[ws * TM + i + 2] = a.z; regM[ws * TM + i + 3] = a.w;
                 }
@@ -154,7 +183,7 @@ sgemm_warptiling(int M, int N, int K, float alpha, const float* __restrict__ A,
             for (int ws = 0; ws < WNITER; ++ws)
 #pragma unroll
                 for (int j = 0; j < TN; j += 4) {
-                    const float4 b = *reinterpret_cast<const float4*>(&Bs[dot * BN + tCol + ws * WSUBN + j]);
+                    const float4 b = *reinterpret_cast<const float4*>(&bs[dot * BN + tCol + ws * WSUBN + j]);
                     regN[ws * TN + j + 0] = b.x; regN[ws * TN + j + 1] = b.y;
                     regN[ws * TN + j + 2] = b.z; regN[ws * TN + j + 3] = b.w;
                 }
@@ -163,7 +192,29 @@ sgemm_warptiling(int M, int N, int K, float alpha, const float* __restrict__ A,
 #pragma unroll
                 for (int j = 0; j < WNITER * TN; ++j) acc[i][j] += regM[i] * regN[j];
         }
-        __syncthreads();
+    };
+
+    const int numTiles = (K + BK - 1) / BK;
+    load_tile(0);
+    store_tile(0);
+    __syncthreads();
+    for (int t = 0; t < numTiles; ++t) {
+        const bool more = t + 1 < numTiles;
+        if (PREFETCH) {
+            // tile t+1's loads are in flight while tile t computes; they land in the other stage,
+            // which every warp finished reading before the barrier that ended iteration t-1
+            if (more) load_tile((t + 1) * BK);
+            compute(t & 1);
+            if (more) store_tile((t + 1) & 1);
+        } else {
+            compute(0);
+            if (more) {
+                __syncthreads();   // everyone done reading the one stage
+                load_tile((t + 1) * BK);
+                store_tile(0);
+            }
+        }
+        if (more) __syncthreads();   // tile t+1 visible to every warp
     }
 
     // epilogue: float4 read-modify-write (col % 4 == 0, N % 4 == 0: a float4 is all-in or all-out)

@@ -1,0 +1,215 @@
+"""The sgemm kernels without a GPU: every variant and autotuning candidate through the real
+nvcc (resources the tune constraints promise), and the kernels without inline PTX run on the
+CPU emulator (tests/cuda_emu.py) at shapes that reach every edge path, checked against a
+float64 reference."""
+
+from __future__ import annotations
+
+import math
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import REPO
+from cuda_emu import EMU
+
+from kernelbook import build
+from kernelbook import config as cfg
+
+ARCH = "sm_90"
+FLAGS = ["-O3", "-lineinfo"]
+
+
+def _study():
+    p = cfg.load_project_file(REPO / "config" / "config.yaml", overrides={"studies": ["sgemm"]})
+    return p.study("sgemm")
+
+
+SGEMM = _study()
+PLAIN = [v.id for v in SGEMM.variants]
+CANDIDATES = list(SGEMM.candidates)
+
+# ------------------------------------------------------------------------------------------
+# nvcc: what the config's constraints promise for each candidate
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not on PATH")
+    out = tmp_path_factory.mktemp("sgemm-cubins")
+
+    def one(vid):
+        v = SGEMM.variant(vid)
+        return vid, build.compile_variant(v, ARCH, FLAGS, REPO, out / vid / "kernel.cubin")
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(pool.map(one, PLAIN + CANDIDATES))
+
+
+def _static_smem(vid: str) -> int | None:
+    """Static shared memory the source declares for this variant's defines (bytes), where
+    this test knows it: 10 (one or two stages) and 12 (dynamic only)."""
+    v = SGEMM.variant(vid)
+    d = v.defines
+    stem = Path(v.source).stem
+    if stem == "10_warptiling":
+        return (1 + d.get("PREFETCH", 0)) * (d["BM"] * d["BK"] + d["BK"] * d["BN"]) * 4
+    if stem == "12_best":
+        return 0  # dynamic: the config's smem expression
+    return None
+
+
+@pytest.mark.parametrize("vid", PLAIN + CANDIDATES)
+def test_sgemm_compiles_without_spills(built, vid):
+    res = built[vid]
+    r = res.resources
+    v = SGEMM.variant(vid)
+    assert r.function == v.entry
+    assert r.spill_store_bytes == 0 and r.spill_load_bytes == 0, res.log
+    assert r.stack_bytes == 0
+    ops = {op.split(".")[0] for op in res.sass}
+    assert not ops & {"LDL", "STL"}  # no local memory
+    assert "FFMA" in ops
+    size = SGEMM.headline
+    threads = math.prod(v.launch(size).block)
+    # the blocks per SM that __launch_bounds__ asks for fit the register file (allocated in
+    # units of 8 registers a thread)
+    min_blocks = v.defines.get("MIN_BLOCKS", 1)
+    allocated = -(-r.registers // 8) * 8
+    assert r.registers > 0 and min_blocks * threads * allocated <= 65536, (r.registers, threads)
+    smem = _static_smem(vid)
+    if smem is not None:
+        assert r.smem_static_bytes == smem
+
+
+def test_prefetch_halves_the_barriers_of_the_main_loop(built):
+    """PREFETCH=1 keeps one __syncthreads a tile, PREFETCH=0 two: count BAR in the SASS."""
+    pf = [c for c in CANDIDATES if "PREFETCH1" in c]
+    plain = {c.replace("PREFETCH1", "PREFETCH0"): c for c in pf}
+    pairs = [(p0, p1) for p0, p1 in plain.items() if p0 in CANDIDATES]
+    assert pairs, "no candidate exists with and without PREFETCH"
+    for p0, p1 in pairs:
+        bar0 = sum(n for op, n in built[p0].sass.items() if op.startswith("BAR"))
+        bar1 = sum(n for op, n in built[p1].sass.items() if op.startswith("BAR"))
+        assert bar1 < bar0, (p0, bar0, p1, bar1)
+
+
+# ------------------------------------------------------------------------------------------
+# The CPU emulator: C = alpha * A @ B + beta * C on guarded buffers
+
+DRIVER = r"""
+#include "emu.h"
+#include KFILE
+// argv: M N K alpha beta grid.x grid.y block.x block.y A.bin B.bin C.bin guard_floats
+int main(int argc, char** argv) {
+  const int M = atoi(argv[1]), N = atoi(argv[2]), K = atoi(argv[3]);
+  const float alpha = atof(argv[4]), beta = atof(argv[5]);
+  const dim3 grid{(unsigned)atoi(argv[6]), (unsigned)atoi(argv[7]), 1};
+  const dim3 block{(unsigned)atoi(argv[8]), (unsigned)atoi(argv[9]), 1};
+  const size_t guard = atol(argv[13]);
+  auto slurp = [](const char* path, size_t n) {
+    float* p = (float*)aligned_alloc(256, (n * 4 / 256 + 1) * 256);
+    std::ifstream(path, std::ios::binary).read((char*)p, n * 4);
+    return p;
+  };
+  const float* A = slurp(argv[10], (size_t)M * K);
+  const float* B = slurp(argv[11], (size_t)K * N);
+  const size_t nc = (size_t)M * N + 2 * guard;
+  float* C = slurp(argv[12], nc);
+  blockDim = block;
+  const int nt = block.x * block.y;
+  for (unsigned by = 0; by < grid.y; ++by)
+    for (unsigned bx = 0; bx < grid.x; ++bx) {
+      blockIdx = {bx, by, 0};
+      std::barrier<> bar(nt);
+      emu_block = &bar;
+      emu_warps.clear();
+      for (int w = 0; w < (nt + 31) / 32; ++w) emu_warps.emplace_back(new std::barrier<>(32));
+      emu_lanes.assign(nt + 32, 0);
+      std::vector<std::thread> ts;
+      for (int t = 0; t < nt; ++t)
+        ts.emplace_back([=] {
+          threadIdx = {(unsigned)(t % block.x), (unsigned)(t / block.x), 0};
+          KERNEL(M, N, K, alpha, A, B, beta, C + guard);
+        });
+      for (auto& th : ts) th.join();
+    }
+  std::ofstream(argv[12], std::ios::binary).write((const char*)C, nc * 4);
+  return 0;
+}
+"""
+
+# M x N x K: below one tile, remainders in M, N and K against every tile shape, several tiles
+EMULATED = [(64, 64, 8), (130, 132, 68), (257, 260, 36), (33, 35, 17)]
+GUARD = 64
+
+
+def _emulated_variants() -> list[str]:
+    """Every plain variant without inline PTX (11 and 12 issue cp.async: GPU tests only),
+    and 10's candidates: each combination of BK, PREFETCH and MIN_BLOCKS at its first shape."""
+    plain = [v for v in PLAIN if "asm" not in (REPO / SGEMM.variant(v).source).read_text()]
+    seen, picks = set(), []
+    for c in SGEMM.variant("10_warptiling").candidates:
+        d = SGEMM.variant(c).defines
+        key = (d["BK"], d["PREFETCH"], d["MIN_BLOCKS"], d["WM"] * d["WN"] // 32)
+        if key not in seen:
+            seen.add(key)
+            picks.append(c)
+    return plain + picks
+
+
+@pytest.fixture(scope="module")
+def emu_dir(tmp_path_factory):
+    if shutil.which("g++") is None:
+        pytest.skip("g++ not on PATH")
+    d = tmp_path_factory.mktemp("sgemm-emu")
+    (d / "emu.h").write_text(EMU)
+    (d / "driver.cpp").write_text(DRIVER)
+    return d
+
+
+@pytest.mark.parametrize("vid", _emulated_variants())
+def test_sgemm_runs_correctly_on_the_cpu_emulator(emu_dir, vid):
+    v = SGEMM.variant(vid)
+    exe = emu_dir / vid
+    cmd = ["g++", "-std=c++20", "-O1", "-pthread", "-w", f"-I{emu_dir}"]
+    cmd += [f'-DKFILE="{REPO / v.source}"', f"-DKERNEL={v.entry}"]
+    cmd += [f"-D{k}={x}" for k, x in v.defines.items()]
+    proc = subprocess.run(
+        [*cmd, str(emu_dir / "driver.cpp"), "-o", str(exe)], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    alpha, beta = 1.25, 0.75
+    ran = 0
+    for M, N, K in EMULATED:
+        sizes = {"M": M, "N": N, "K": K}
+        if v.unmet(sizes):
+            continue
+        rng = np.random.default_rng(M * 7919 + N * 31 + K)
+        A = rng.standard_normal((M, K)).astype(np.float32)
+        B = rng.standard_normal((K, N)).astype(np.float32)
+        C0 = rng.standard_normal(M * N + 2 * GUARD).astype(np.float32)
+        (emu_dir / "A.bin").write_bytes(A.tobytes())
+        (emu_dir / "B.bin").write_bytes(B.tobytes())
+        (emu_dir / "C.bin").write_bytes(C0.tobytes())
+        launch = v.launch(sizes)
+        args = [M, N, K, alpha, beta, *launch.grid[:2], *launch.block[:2]]
+        args += [emu_dir / "A.bin", emu_dir / "B.bin", emu_dir / "C.bin", GUARD]
+        proc = subprocess.run(
+            [str(exe), *map(str, args)], capture_output=True, text=True, timeout=300
+        )
+        assert proc.returncode == 0, proc.stderr
+        C = np.frombuffer((emu_dir / "C.bin").read_bytes(), dtype=np.float32)
+        assert np.array_equal(C[:GUARD], C0[:GUARD]), f"{vid} at {sizes}: wrote before C"
+        assert np.array_equal(C[-GUARD:], C0[-GUARD:]), f"{vid} at {sizes}: wrote past C"
+        ref = alpha * (A.astype(np.float64) @ B.astype(np.float64))
+        ref += beta * C0[GUARD:-GUARD].astype(np.float64).reshape(M, N)
+        got = C[GUARD:-GUARD].reshape(M, N)
+        rel = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+        assert rel < 1e-5, f"{vid} at {sizes}: rel err {rel:.2e}"
+        ran += 1
+    assert ran >= 2, f"{vid}: fewer than two emulated shapes meet its requires"
