@@ -216,19 +216,21 @@ def test_concurrent_jobs_land_on_distinct_gpus(tmp_path):
         str(results / slug / "sgemm" / "bench" / f"{v}.parquet")
         for v in ("01_naive", "02_coalescing")
     ]
+    # nested values through a config file: --config parses them as strings
+    overlay = tmp_path / "fast.yaml"
+    overlay.write_text(json.dumps({"results": str(results), **FAST}))
     proc = subprocess.run(
         [
             sys.executable,
             "-m",
             "snakemake",
+            *targets,  # first: --resources and --configfile take every value after them
             "--cores",
             "4",
             "--resources",
             "gpu=2",
-            *targets,  # before --config, which takes every name=value pair after it
-            "--config",
-            f"results={results}",
-            "timing={min_time_s: 0.02, max_time_s: 2}",
+            "--configfile",
+            str(overlay),
         ],
         cwd=ROOT,
         capture_output=True,

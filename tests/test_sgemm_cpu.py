@@ -30,7 +30,7 @@ def _study():
 
 SGEMM = _study()
 PLAIN = [v.id for v in SGEMM.variants]
-CANDIDATES = list(SGEMM.candidates)
+CANDIDATES = [c.id for c in SGEMM.candidates]
 
 # ------------------------------------------------------------------------------------------
 # nvcc: what the config's constraints promise for each candidate

@@ -4,9 +4,9 @@
 // (BM/WM) x (BN/WN) warp tiles; a warp walks its WM x WN tile as WMITER x WNITER sub-tiles of
 // WSUBM x WSUBN, and in each sub-tile every lane owns a TM x TN patch. In siboehm's shape
 // (WM=WN=64, WNITER=4, TM=8, TN=4, 128 threads) each thread holds 8 x 16 = 128 accumulators;
-// the config tunes the shape (36 candidates: block, warp and thread tiles, 64 or 128
-// accumulators a thread, 4 or 8 warps, BK 16 or 32: a 32-deep tile halves the barriers and
-// doubles the loads in flight per k-step), and ptxas reports no spills for any of them.
+// the config tunes the shape (72 candidates: block, warp and thread tiles, 64 or 128
+// accumulators a thread, 4 or 8 warps, BK 8, 16 or 32: a 32-deep tile halves the barriers and
+// doubles the loads in flight per k-step; PREFETCH, below), and ptxas reports no spills.
 // The As tile keeps 07's XOR swizzle (stores conflict-free), Bs is plain row-major (a warp's
 // regN loads read 4 distinct contiguous float4 = 64 B: conflict-free as is).
 // Why it should help: (1) 128 results per thread for 8 + 16 shared words per k: 5.3 FFMA per
@@ -22,14 +22,21 @@
 // ~2-way read conflict on As (8 distinct threadRows 32 B apart per LDS.128), expected, to be
 // confirmed by ncu.
 //
+// The loop: tile 0 is loaded and stored before it; each iteration computes its tile, then (after
+// a barrier) loads the next one and stores it. Measured on the H200 (worklog, 4096^3): the best
+// candidate is a 64x128 tile, 4 warps of 64x32, 8x8 a lane: ptxas fits it in 127 registers, so
+// 4 blocks = 16 warps per SM, and it ran at 44.4 TFLOP/s, 92.6 % of cuBLAS in its job. The
+// loop as first written (load, store, barrier, compute, barrier in one body) needed 157
+// registers for the same tile: 3 blocks, 12 warps, 40.6 TFLOP/s (the previous worklog). The
+// 128x128 tiles (8 warps, 128 registers, 2 blocks) stay at 42.7-42.8.
+//
 // PREFETCH (tuned, 0 or 1): with 1, tile t+1's float4s are loaded into registers before tile t
 // computes and stored into a second shared stage after it, so the LDG latency overlaps the
 // FFMAs inside each warp and a tile needs one barrier instead of two. The cost is registers:
-// 16-24 more (ptxas: 151 at 128x128x16, so one 256-thread block per SM instead of two; BK 8
-// with MIN_BLOCKS=2 fits 128 without spills, 64x128 tiles keep 3 blocks of 128 threads).
-// On the H200 the plain loop's 16 warps/SM already hide most of the LDG latency: an
-// exploration before this study found no prefetching candidate faster than the best plain
-// one, and the 8-warp ones far slower. The worklog's autotuning table keeps them all.
+// 16-40 more (ptxas: 167 at 64x128x16, 3 blocks; 151 at 128x128x16, one 256-thread block; BK 8
+// with MIN_BLOCKS=2 fits 128 without spills). On the H200 occupancy wins over in-warp latency
+// hiding: the best prefetching candidate (64x128x16) ran at 41.9 TFLOP/s, the one-block
+// 128x128 ones at 26-33. The worklog's autotuning table keeps every candidate.
 //
 // Sizes: any M and N remainder and any K remainder (per-float4 guards, zero fill), with
 // K % 4 == 0 and N % 4 == 0 for the 16-byte accesses (covers 4096x4096x1000 and 3000^3).
