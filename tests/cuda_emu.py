@@ -47,6 +47,28 @@ template <class V> V __ldcs(const V* p) { return *p; }
 template <class V> void __stcs(V* p, V v) { *p = v; }
 inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
+// Run body() once per CUDA thread of every block: blocks one after another, a block's
+// threads as OS threads sharing its barrier and its warps' shuffle barriers.
+template <class F> void emu_launch(dim3 grid, dim3 block, F body) {
+  blockDim = block;
+  const int nt = block.x * block.y;
+  for (unsigned by = 0; by < grid.y; ++by)
+    for (unsigned bx = 0; bx < grid.x; ++bx) {
+      blockIdx = {bx, by, 0};
+      std::barrier<> bar(nt);
+      emu_block = &bar;
+      emu_warps.clear();
+      for (int w = 0; w < (nt + 31) / 32; ++w) emu_warps.emplace_back(new std::barrier<>(32));
+      emu_lanes.assign(nt + 32, 0);
+      std::vector<std::thread> ts;
+      for (int t = 0; t < nt; ++t)
+        ts.emplace_back([=] {
+          threadIdx = {(unsigned)(t % block.x), (unsigned)(t / block.x), 0};
+          body();
+        });
+      for (auto& th : ts) th.join();
+    }
+}
 """
 
 BF16 = r"""

@@ -790,24 +790,7 @@ int main(int argc, char** argv) {
   char* in = (char*)aligned_alloc(256, (ni / 256 + 1) * 256);
   char* out = (char*)aligned_alloc(256, (no / 256 + 1) * 256);
   fi.seekg(0); fi.read(in, ni); fo.seekg(0); fo.read(out, no);
-  blockDim = block;
-  const int nt = block.x * block.y;
-  for (unsigned by = 0; by < grid.y; ++by)
-    for (unsigned bx = 0; bx < grid.x; ++bx) {
-      blockIdx = {bx, by, 0};
-      std::barrier<> bar(nt);
-      emu_block = &bar;
-      emu_warps.clear();
-      for (int w = 0; w < (nt + 31) / 32; ++w) emu_warps.emplace_back(new std::barrier<>(32));
-      emu_lanes.assign(nt + 32, 0);
-      std::vector<std::thread> ts;
-      for (int t = 0; t < nt; ++t)
-        ts.emplace_back([=] {
-          threadIdx = {(unsigned)(t % block.x), (unsigned)(t / block.x), 0};
-          KERNEL(M, N, (const ELEM*)in, (ELEM*)(out + guard));
-        });
-      for (auto& th : ts) th.join();
-    }
+  emu_launch(grid, block, [=] { KERNEL(M, N, (const ELEM*)in, (ELEM*)(out + guard)); });
   std::ofstream(argv[8], std::ios::binary).write(out, no);
   return 0;
 }

@@ -120,24 +120,7 @@ int main(int argc, char** argv) {
   const float* B = slurp(argv[11], (size_t)K * N);
   const size_t nc = (size_t)M * N + 2 * guard;
   float* C = slurp(argv[12], nc);
-  blockDim = block;
-  const int nt = block.x * block.y;
-  for (unsigned by = 0; by < grid.y; ++by)
-    for (unsigned bx = 0; bx < grid.x; ++bx) {
-      blockIdx = {bx, by, 0};
-      std::barrier<> bar(nt);
-      emu_block = &bar;
-      emu_warps.clear();
-      for (int w = 0; w < (nt + 31) / 32; ++w) emu_warps.emplace_back(new std::barrier<>(32));
-      emu_lanes.assign(nt + 32, 0);
-      std::vector<std::thread> ts;
-      for (int t = 0; t < nt; ++t)
-        ts.emplace_back([=] {
-          threadIdx = {(unsigned)(t % block.x), (unsigned)(t / block.x), 0};
-          KERNEL(M, N, K, alpha, A, B, beta, C + guard);
-        });
-      for (auto& th : ts) th.join();
-    }
+  emu_launch(grid, block, [=] { KERNEL(M, N, K, alpha, A, B, beta, C + guard); });
   std::ofstream(argv[12], std::ios::binary).write((const char*)C, nc * 4);
   return 0;
 }
