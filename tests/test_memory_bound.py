@@ -769,11 +769,9 @@ def test_dry_run_plans_a_compile_job_per_variant(repo_copy, nogpu_args):
 
 
 # ------------------------------------------------------------------------------------------
-# Every variant run, on the CPU: the kernel sources compiled by g++ against a small CUDA
-# emulator (one OS thread per CUDA thread, blocks one after another, real barriers, shuffles
-# through per-warp barriers), on guarded buffers, checked by the problem's own check. Not a
-# GPU (no memory model, no timing), but every index, bound, reduction and vector path of
-# the real source runs, at shapes that reach each branch.
+# Every variant run, on the CPU: the kernel sources compiled by g++ against the CUDA emulator
+# of tests/cuda_emu.py, on guarded buffers, checked by the problem's own check, at shapes that
+# reach each branch.
 
 DRIVER = r"""
 #include "emu.h"

@@ -23,12 +23,9 @@ ARCH = "sm_90"
 FLAGS = ["-O3", "-lineinfo"]
 
 
-def _study():
-    p = cfg.load_project_file(REPO / "config" / "config.yaml", overrides={"studies": ["sgemm"]})
-    return p.study("sgemm")
-
-
-SGEMM = _study()
+SGEMM = cfg.load_project_file(
+    REPO / "config" / "config.yaml", overrides={"studies": ["sgemm"]}
+).study("sgemm")
 PLAIN = [v.id for v in SGEMM.variants]
 CANDIDATES = [c.id for c in SGEMM.candidates]
 
@@ -86,8 +83,8 @@ def test_sgemm_compiles_without_spills(built, vid):
         assert r.smem_static_bytes == smem
 
 
-def test_prefetch_halves_the_barriers_of_the_main_loop(built):
-    """PREFETCH=1 keeps one __syncthreads a tile, PREFETCH=0 two: count BAR in the SASS."""
+def test_prefetch_has_fewer_barriers(built):
+    """PREFETCH=1 has one __syncthreads a tile, PREFETCH=0 two: fewer BAR in the SASS."""
     pf = [c for c in CANDIDATES if "PREFETCH1" in c]
     plain = {c.replace("PREFETCH1", "PREFETCH0"): c for c in pf}
     pairs = [(p0, p1) for p0, p1 in plain.items() if p0 in CANDIDATES]
