@@ -475,6 +475,106 @@ def test_timing_override_with_unknown_key_names_it(root):
 
 
 # ------------------------------------------------------------------------------------------
+# Launch geometry, checked at load for every size a variant claims (not first on a GPU)
+
+# (case, study text, arch, regexes the message must match besides the file name)
+BAD_LAUNCH = [
+    (
+        "2048 threads",
+        sub("block: [BS, BS]", "block: [2048]"),
+        "sm_90",
+        [r"variants\[0\] \(01_naive\)", r"block \[2048, 1, 1\] has 2048 threads", "M=128"],
+    ),
+    (
+        "block z over 64",
+        sub("block: [BS, BS]", "block: [4, 2, 128]"),
+        "sm_90",
+        [r"\(01_naive\)", r"block \[4, 2, 128\] exceeds CUDA's limit \[1024, 1024, 64\]"],
+    ),
+    (
+        "grid y over 65535",
+        sub('"cdiv(N, BS)"', '"N * 1000"'),
+        "sm_90",
+        [r"\(01_naive\)", r"grid \[4, 128000, 1\] exceeds", r"size M=128, N=128, K=128"],
+    ),
+    (
+        "zero grid at the second size only",
+        BASE.replace("[128, 256]", "[256, 128]").replace('"cdiv(M, BS)"', '"M // 256"'),
+        "sm_90",
+        [r"\(01_naive\)", r"grid \[0, 4, 1\] has a zero", r"size M=128, N=128, K=128"],
+    ),
+    (
+        "smem over the sm_90 opt-in limit",
+        BASE + "    smem: 232449\n",
+        "sm_90a",
+        [r"\(01_naive\)", r"dynamic shared memory 232449 bytes exceeds the 232448 bytes"],
+    ),
+    (
+        "smem within sm_90 but over sm_80",
+        BASE + "    smem: 232448\n",
+        "sm_80",
+        [r"\(01_naive\)", r"232448 bytes exceeds the 166912 bytes"],
+    ),
+    (
+        "one tuned candidate with too many threads",
+        sub(
+            "    defines: {BS: 32}\n",
+            "    defines: {BS: 32}\n    tune: {space: {TY: [1, 2]}}\n",
+        ).replace("block: [BS, BS]", "block: [BS, BS, TY]"),
+        "sm_90",
+        [r"\(01_naive\)", r"candidate 01_naive__TY2", "2048 threads", "M=128"],
+    ),
+    (
+        "dynamic smem expression per size",
+        BASE + '    smem: "M * 1024"\n',
+        "sm_90",
+        [r"\(01_naive\)", r"262144 bytes exceeds", r"size M=256"],
+    ),
+]
+
+
+@pytest.mark.parametrize("case, text, arch, patterns", BAD_LAUNCH, ids=[c[0] for c in BAD_LAUNCH])
+def test_impossible_launch_refused_at_load(root, case, text, arch, patterns):
+    (root / STUDY).write_text(text)
+    with pytest.raises(ConfigError) as e:
+        cfg.load_project({"studies": ["t"], "arch": arch}, root=root)
+    msg = str(e.value)
+    assert msg.startswith(f"{STUDY}: "), msg
+    for p in patterns:
+        assert re.search(p, msg), f"{case}: /{p}/ not in: {msg}"
+
+
+def test_launch_checked_only_at_the_sizes_a_variant_claims(root):
+    # grid 0 at M=128, but requires keeps the variant off that size
+    text = BASE.replace('"cdiv(M, BS)"', '"M // 256"') + '    requires: ["M >= 256"]\n'
+    study = load_text(root, text)
+    assert study.variant("01_naive").unmet({"M": 128, "N": 128, "K": 128}) == ["M >= 256"]
+    # the largest opt-in dynamic shared memory of sm_90 is allowed
+    load_text(root, BASE + "    smem: 232448\n")
+    # an arch without a tabled limit is not checked for shared memory (the GPU still is)
+    (root / STUDY).write_text(BASE + "    smem: 300000\n")
+    cfg.load_project({"studies": ["t"], "arch": "sm_53"}, root=root)
+
+
+def test_smem_limits_per_arch():
+    assert cfg.smem_optin_limit("sm_90") == cfg.smem_optin_limit("sm_90a") == 232448
+    assert cfg.smem_optin_limit("compute_90") == 232448
+    assert cfg.smem_optin_limit("sm_80") == 163 * 1024
+    assert cfg.smem_optin_limit("sm_53") is None
+
+
+def test_schema_errors_name_the_variant_by_id(root):
+    with pytest.raises(ConfigError) as e:
+        load_text(root, BASE + VARIANT_2 + "    bogus: 1\n")
+    assert str(e.value) == (
+        f"{STUDY}: variants[1] (02_coalescing): unknown key ('bogus' was unexpected)"
+    )
+    with pytest.raises(ConfigError) as e:
+        load_text(root, BASE + "    says: [1]\n")
+    assert str(e.value).startswith(f"{STUDY}: variants[0] (01_naive).says: "), str(e.value)
+
+
+# ------------------------------------------------------------------------------------------
 # The global config
 
 

@@ -298,31 +298,46 @@ def test_settings_that_do_not_touch_the_build_rerun_no_compile(clone_built):
 
 
 @pytest.mark.parametrize(
-    "change, expect",
+    "change, args, expect",
     [
-        (lambda t: t + "\nbogus: 1\n", ["unknown key", "bogus"]),
+        (lambda t: t + "\nbogus: 1\n", [], ["sgemm.yaml: (top level): unknown key", "bogus"]),
         (
             lambda t: t.replace(
                 'grid: ["cdiv(M, BS)", "cdiv(N, BS)"]', "grid: [cdiv(M, BS), cdiv(N, BS)]"
             ),
-            ["01_naive", "cut at their commas", "quote"],
+            [],
+            ["sgemm.yaml: variants[0] (01_naive).grid", "cut at their commas", "quote"],
         ),
+        (
+            lambda t: t.replace("block: [BS, BS]\n", "block: [BS, BS]\n    colour: red\n"),
+            [],
+            ["sgemm.yaml: variants[0] (01_naive): unknown key ('colour' was unexpected)"],
+        ),
+        (
+            # passed a dry run and a whole no-GPU run before: the launch was checked on a GPU
+            lambda t: t.replace("block: [BS, BS]\n", "block: [2048]\n"),
+            [],
+            ["sgemm.yaml: variants[0] (01_naive): block [2048, 1, 1] has 2048 threads", "M=128"],
+        ),
+        (lambda t: t, ["--config", "arch=sm90"], ["kernelbook: config: arch: 'sm90' does not"]),
     ],
-    ids=["unknown key", "unquoted grid"],
+    ids=["unknown key", "unquoted grid", "unknown variant key", "2048 threads", "global key"],
 )
-def test_broken_study_fails_with_the_config_error(repo_copy, change, expect):
+def test_broken_config_stops_snakemake_with_one_line(repo_copy, change, args, expect):
     path = repo_copy / "config" / "studies" / "sgemm.yaml"
     text = path.read_text()
-    broken = change(text)
-    assert broken != text
-    path.write_text(broken)
-    proc = snakemake(repo_copy, "-n", "all")
+    path.write_text(change(text))
+    proc = snakemake(repo_copy, "-n", "all", *args)
     assert proc.returncode != 0
     out = output(proc)
-    assert "ConfigError" in out
-    assert "config/studies/sgemm.yaml: " in out, out
+    said = [line for line in proc.stderr.splitlines() if line.startswith("kernelbook: ")]
+    assert len(said) == 1, out
+    assert said[0].startswith("kernelbook: config"), out
     for e in expect:
-        assert e in out, out
+        assert e in said[0], out
+    # one message, no Python frames or exception names
+    assert "Traceback" not in out and 'File "' not in out and "Error" not in out, out
+    assert not (repo_copy / "results").exists()
 
 
 def test_compile_error_fails_only_its_job_with_keep_going(repo_copy):

@@ -8,6 +8,7 @@ expanded into candidate variants. Every error names the file and the key at faul
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import itertools
 import json
@@ -29,18 +30,28 @@ class ConfigError(ValueError):
     """A config or study file that cannot be used; the message names file and key."""
 
 
+# libyaml's parser where PyYAML was built with it: the same documents, several times faster
+# (the config is loaded by every snakemake invocation and by many of its jobs).
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@functools.cache
+def _schema_text(path: Path) -> str:
+    return path.read_text()
+
+
 def schema(name: str) -> dict:
     path = SCHEMA_DIR / f"{name}.schema.yaml"
     if not path.is_file():
         raise ConfigError(f"schema {path} is missing: is kernelbook run from its repository?")
-    return yaml.safe_load(path.read_text())
+    return yaml.load(_schema_text(path), Loader=_Loader)
 
 
 def read_yaml(path: Path) -> Any:
     if not path.is_file():
         raise ConfigError(f"{path}: file not found")
     try:
-        return yaml.safe_load(path.read_text())
+        return yaml.load(path.read_text(), Loader=_Loader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
@@ -48,10 +59,19 @@ def read_yaml(path: Path) -> Any:
         raise ConfigError(f"{path}: not valid YAML{where}: {problem}") from None
 
 
-def _where(path_items) -> str:
+def _where(path_items, data: Any = None) -> str:
+    """``variants[1] (02_coalescing).bogus``: a path into the file, a variant named by its id."""
+    items = list(path_items)
     out = ""
-    for item in path_items:
+    for i, item in enumerate(items):
         out += f"[{item}]" if isinstance(item, int) else (f".{item}" if out else str(item))
+        if i == 1 and items[0] == "variants" and items[2:] != ["id"]:
+            try:
+                vid = data["variants"][item]["id"]
+            except (KeyError, IndexError, TypeError):
+                vid = None
+            if isinstance(vid, str):
+                out += f" ({vid})"
     return out or "(top level)"
 
 
@@ -66,7 +86,7 @@ def validate(data: Any, schema_name: str, source: str) -> dict:
     errors = sorted(validator.iter_errors(data), key=lambda e: (len(e.absolute_path), e.path))
     if errors:
         err = jsonschema.exceptions.best_match(errors)
-        raise ConfigError(f"{source}: {_where(err.absolute_path)}: {_message(err)}")
+        raise ConfigError(f"{source}: {_where(err.absolute_path, data)}: {_message(err)}")
     data = copy.deepcopy(data)
     _fill_defaults(sch, data)
     return data
@@ -100,6 +120,59 @@ class Launch:
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     smem: int
+
+
+# CUDA's launch limits (CUDA C++ Programming Guide, "Features and Technical Specifications"),
+# the same on every architecture since sm_30.
+MAX_THREADS_PER_BLOCK = 1024
+MAX_BLOCK = (1024, 1024, 64)
+MAX_GRID = (2**31 - 1, 65535, 65535)
+# The dynamic shared memory one block may opt into (cudaFuncAttributeMaxDynamicSharedMemorySize
+# up to cudaDevAttrMaxSharedMemoryPerBlockOptin), by compute capability, from the same table.
+# An arch not listed here is not checked at config load; the launch on the GPU still is.
+SMEM_OPTIN_BYTES = {
+    70: 96 * 1024,  # V100
+    75: 64 * 1024,  # T4
+    80: 163 * 1024,  # A100
+    86: 99 * 1024,
+    87: 163 * 1024,
+    89: 99 * 1024,  # L4, L40
+    90: 227 * 1024,  # H100, H200 (sm_90 and sm_90a)
+    100: 227 * 1024,  # B200
+    120: 99 * 1024,
+}
+
+
+def smem_optin_limit(arch: str) -> int | None:
+    """The dynamic shared memory limit of an nvcc target (sm_90a -> 90), None if not tabled."""
+    digits = "".join(ch for ch in arch.partition("_")[2] if ch.isdigit())
+    return SMEM_OPTIN_BYTES.get(int(digits)) if digits else None
+
+
+def launch_problems(
+    grid: list[int], block: list[int], smem: int, smem_limit: int | None = None
+) -> list[str]:
+    """What makes this geometry impossible to launch, as short phrases (empty: it launches)."""
+    out = []
+    threads = block[0] * block[1] * block[2]
+    for name, dims, top in (("grid", grid, MAX_GRID), ("block", block, MAX_BLOCK)):
+        if any(d < 1 for d in dims):
+            out.append(f"{name} {dims} has a zero")
+        elif name == "block" and threads > MAX_THREADS_PER_BLOCK:
+            out.append(f"block {block} has {threads} threads (> {MAX_THREADS_PER_BLOCK})")
+        elif any(d > m for d, m in zip(dims, top, strict=True)):
+            out.append(f"{name} {dims} exceeds CUDA's limit {list(top)}")
+    if smem < 0:
+        out.append(f"negative dynamic shared memory {smem}")
+    elif smem_limit is not None and smem > smem_limit:
+        out.append(
+            f"dynamic shared memory {smem} bytes exceeds the {smem_limit} bytes a block may use"
+        )
+    return out
+
+
+def _size_text(sizes: dict[str, int]) -> str:
+    return "size " + ", ".join(f"{k}={v}" for k, v in sizes.items())
 
 
 @dataclass(frozen=True)
@@ -139,26 +212,24 @@ class Variant:
         except expr.ExprError as e:
             raise ConfigError(f"{self.study}/{self.id}: requires at {sizes}: {e}") from None
 
-    def launch(self, sizes: dict[str, int]) -> Launch:
+    def launch(self, sizes: dict[str, int], smem_limit: int | None = None) -> Launch:
+        """The launch at these sizes; a geometry CUDA would refuse raises ConfigError."""
         env = self.env(sizes)
         try:
             grid = [expr.evaluate_int(g, env) for g in self.grid]
             block = [expr.evaluate_int(b, env) for b in self.block]
             smem = expr.evaluate_int(self.smem, env)
         except expr.ExprError as e:
-            raise ConfigError(f"{self.study}/{self.id}: launch geometry at {sizes}: {e}") from None
+            raise ConfigError(
+                f"{self.study}/{self.id}: launch geometry at {_size_text(sizes)}: {e}"
+            ) from None
         grid += [1] * (3 - len(grid))
         block += [1] * (3 - len(block))
-        for name, dims in (("grid", grid), ("block", block)):
-            if any(d < 1 for d in dims):
-                raise ConfigError(f"{self.study}/{self.id}: {name} {dims} at {sizes} has a zero")
-        threads = block[0] * block[1] * block[2]
-        if threads > 1024:
+        problems = launch_problems(grid, block, smem, smem_limit)
+        if problems:
             raise ConfigError(
-                f"{self.study}/{self.id}: block {block} has {threads} threads (> 1024)"
+                f"{self.study}/{self.id}: {'; '.join(problems)} at {_size_text(sizes)}"
             )
-        if smem < 0:
-            raise ConfigError(f"{self.study}/{self.id}: negative dynamic shared memory {smem}")
         return Launch(tuple(grid), tuple(block), smem)
 
     def spec(self) -> dict[str, Any]:
@@ -345,6 +416,8 @@ def load_study(path: Path, settings: dict, root: Path) -> Study:
         v, cands = _variant(name, vraw, settings, root, problem, params, sizes, where)
         variants.append(v)
         candidates.extend(cands)
+        claimed = [*sizes, *profile_sizes, *([sanitize_size] if sanitize_size else [])]
+        _check_launches([v, *cands], claimed, smem_optin_limit(settings["arch"]), where)
     return Study(
         name=name,
         path=shown,
@@ -366,6 +439,24 @@ def load_study(path: Path, settings: dict, root: Path) -> Study:
         sanitize_tools=sanitize_tools,
         sanitize_size=sanitize_size,
     )
+
+
+def _check_launches(variants, sizes, smem_limit: int | None, where: str) -> None:
+    """Every variant (a tuned one's candidates too) must launch at every size it claims (the
+    sizes its ``requires`` accept), so a geometry CUDA refuses fails here, before any job runs.
+    """
+    seen = set()
+    for v in variants:
+        for s in sizes:
+            key = (v.id, tuple(s.values()))
+            if key in seen or v.unmet(s):
+                continue
+            seen.add(key)
+            try:
+                v.launch(s, smem_limit)
+            except ConfigError as e:
+                who = f" candidate {v.id}" if v.tuned_from else ""
+                raise ConfigError(f"{where}:{who} {str(e).partition(': ')[2]}") from None
 
 
 def _cost(problem, sizes: dict[str, int], dtype: str) -> tuple[float, float]:

@@ -12,6 +12,7 @@ lambdas, strings, calls to other functions) is rejected with :class:`ExprError`.
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import operator
 from collections.abc import Mapping
@@ -85,6 +86,13 @@ def parse(text: str) -> ast.Expression:
     """Parse ``text`` into an expression tree, rejecting what the evaluator will not run."""
     if not isinstance(text, str):
         raise ExprError(f"expected an expression string, got {type(text).__name__}")
+    return _parse(text)
+
+
+# A study repeats a few expressions over every size and tuning point (thousands of
+# evaluations each time the config is loaded): parse each text once. Trees are never changed.
+@functools.lru_cache(maxsize=8192)
+def _parse(text: str) -> ast.Expression:
     if len(text) > MAX_LENGTH:
         raise ExprError(f"expression longer than {MAX_LENGTH} characters")
     depth = deepest = 0

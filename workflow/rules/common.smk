@@ -12,7 +12,14 @@ from kernelbook import config as kb_config  # noqa: E402
 from kernelbook import gpu as kb_gpu  # noqa: E402
 from kernelbook import tune as kb_tune  # noqa: E402
 
-PROJECT = kb_config.load_project(config, root=workflow.basedir, source="config")
+# The config and every study are validated here (against workflow/schemas, and every
+# variant's launch at every size it claims); a bad one stops the run with one line naming
+# file, variant and key, not a Python traceback.
+try:
+    PROJECT = kb_config.load_project(config, root=workflow.basedir, source="config")
+except kb_config.ConfigError as e:
+    print(f"kernelbook: {e}", file=sys.stderr)
+    sys.exit(1)
 SETTINGS = PROJECT.settings
 R = SETTINGS["results"]
 PY = sys.executable
