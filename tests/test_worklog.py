@@ -18,6 +18,7 @@ import subprocess
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -590,7 +591,50 @@ def test_check_reports_added_changed_and_removed_variants(published_repo):
     }
     proc = check_cmd(published_repo)
     assert proc.returncode == 1
-    assert "03_smem_blocking" in proc.stdout and "added (not measured)" in proc.stdout
+    assert f"{GPU}/{STUDY}: STALE (2 variant(s)); 1 variant(s) not yet measured on {GPU}" in (
+        proc.stdout
+    )
+    assert re.search(rf"^  03_smem_blocking +not yet measured on {GPU}$", proc.stdout, re.M)
+
+
+SMEM_BLOCKING = {
+    "id": "03_smem_blocking",
+    "entry": "sgemm_smem_blocking",
+    "defines": {"BLOCKSIZE": 32},
+    "grid": ["cdiv(N, BLOCKSIZE)", "cdiv(M, BLOCKSIZE)"],
+    "block": ["BLOCKSIZE * BLOCKSIZE"],
+}
+
+
+def test_a_new_variant_is_not_yet_measured_rather_than_stale(published_repo):
+    path = published_repo / "config" / "studies" / f"{STUDY}.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["variants"].append(SMEM_BLOCKING)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    # kernelbook check
+    proc = check_cmd(published_repo)
+    assert proc.returncode == 1, output(proc)  # something to measure before publishing
+    assert "stale" not in proc.stdout.lower(), proc.stdout
+    assert f"{GPU}/{STUDY}: 1 variant(s) not yet measured on {GPU}\n" in proc.stdout
+    assert re.search(rf"^  03_smem_blocking +not yet measured on {GPU}$", proc.stdout, re.M)
+    # the same command as the README and the pages
+    assert "snakemake --cores 1 all`, then `snakemake --cores 1 publish`" in proc.stdout
+    # the page rendered from the published data
+    worklogs = published_repo / "worklogs"
+    w = publish.Worklogs("results", None, project_of(published_repo), worklogs=str(worklogs))
+    paths = publish.published_paths(worklogs, GPU, STUDY)
+    page = worklog.load({k: paths[k] for k in (*publish.DATA_TABLES, "meta")}, mode="replay")
+    stale = json.loads(w.stale(SimpleNamespace(gpu=GPU, study=STUDY)))
+    notes = worklog.attention(page, stale)
+    assert "**03_smem_blocking** is not yet measured on NVIDIA H200." in notes, notes
+    assert not [n for n in notes if "stale" in n], notes
+
+
+def test_one_wording_for_measuring_and_publishing():
+    readme = (REPO / "README.md").read_text()
+    assert publish.MEASURE_AND_PUBLISH in " ".join(readme.split())
+    for path in [REPO / "README.md", *sorted((REPO / "src").rglob("*.py"))]:
+        assert not re.search(r"snakemake --cores \w+ all publish", path.read_text()), path
 
 
 # ------------------------------------------------------------------------------------------

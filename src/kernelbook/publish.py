@@ -274,6 +274,10 @@ class Change:
     change: str  # source changed | config entry changed | added (not measured) | removed
     detail: str = ""
 
+    def describe(self) -> str:
+        """``not yet measured on nvidia-h200``, ``source changed``, ..."""
+        return f"{ADDED} on {self.gpu}" if self.change == ADDED else self.change
+
     def as_dict(self) -> dict:
         return {
             "gpu": self.gpu,
@@ -286,8 +290,10 @@ class Change:
 
 SOURCE = "source changed"
 CONFIG = "config entry changed"
-ADDED = "added (not measured)"
+ADDED = "not yet measured"  # a variant added since: nothing published is wrong, just missing
 REMOVED = "removed"
+# How published numbers are brought up to date, said the same way by check, README and pages.
+MEASURE_AND_PUBLISH = "`snakemake --cores 1 all`, then `snakemake --cores 1 publish`"
 
 
 def _short(h: str) -> str:
@@ -466,15 +472,23 @@ def check(project, worklogs_dir: str | Path = WORKLOGS, out=None) -> int:
         if not cs:
             print(f"{gpu}/{study}: up to date", file=out)
             continue
-        print(f"{gpu}/{study}: STALE ({len({c.variant for c in cs})} variant(s))", file=out)
+        changed = {c.variant for c in cs if c.change != ADDED}
+        new = {c.variant for c in cs if c.change == ADDED}
+        head = [f"STALE ({len(changed)} variant(s))"] if changed else []
+        head += [f"{len(new)} variant(s) {ADDED} on {gpu}"] if new else []
+        print(f"{gpu}/{study}: {'; '.join(head)}", file=out)
         width = max(len(c.variant) for c in cs)
         for c in cs:
             detail = f": {c.detail}" if c.detail else ""
-            print(f"  {c.variant:<{width}}  {c.change}{detail}", file=out)
+            print(f"  {c.variant:<{width}}  {c.describe()}{detail}", file=out)
     if changes:
+        stale_pairs = {k for k, cs in by.items() if any(c.change != ADDED for c in cs)}
+        new_pairs = {k for k, cs in by.items() if any(c.change == ADDED for c in cs)}
+        parts = [f"{len(stale_pairs)} stale"] if stale_pairs else []
+        parts += [f"{len(new_pairs)} with variants {ADDED}"] if new_pairs else []
         print(
-            f"kernelbook check: {len(by)} of {len(pairs)} published study/GPU pair(s) stale; "
-            "measure again on that GPU and publish (snakemake --cores 1 all publish)",
+            f"kernelbook check: {' and '.join(parts)} of {len(pairs)} published study/GPU "
+            f"pair(s); on that GPU run {MEASURE_AND_PUBLISH}",
             file=out,
         )
         return 1

@@ -588,11 +588,17 @@ def attention(data: StudyData, stale: list[dict] | None = None) -> list[str]:
                     else ""
                 )
             )
+    from kernelbook.publish import ADDED
+
     for s in stale or []:
+        detail = f" ({_esc(s['detail'])})" if s.get("detail") else ""
+        if s["change"] == ADDED:
+            on = _unique(m, "gpu_name") or s.get("gpu") or "this GPU"
+            out.append(f"**{s['variant']}** is {ADDED} on {on}{detail}.")
+            continue
         out.append(
-            f"**{s['variant']}** is stale: {s['change']}"
-            + (f" ({_esc(s['detail'])})" if s.get("detail") else "")
-            + "; the numbers here are those of the sources as measured."
+            f"**{s['variant']}** is stale: {s['change']}{detail}"
+            "; the numbers here are those of the sources as measured."
         )
     return out
 
