@@ -305,6 +305,18 @@ def test_replay_renders_every_published_study(rendered_ok):
     assert (root / "results" / "logs" / STUDY / "study_figures" / f"{GPU}.ipynb").is_file()
 
 
+def test_notebook_jobs_print_no_tool_noise(rendered_ok):
+    """A successful run says nothing misleading: no papermill probe, no kernel warnings."""
+    root, proc = rendered_ok
+    out = output(proc)
+    for noise in ("papermill", "command not found", "IPKernelApp", "without encryption"):
+        assert noise not in out, out
+    log = root / "results" / "logs" / STUDY / "worklog" / f"{GPU}.ipynb"
+    cells = json.loads(log.read_text())["cells"]
+    assert "snakemake-job-properties" in cells[0]["metadata"]["tags"]
+    assert any(c.get("outputs") for c in cells[1:])  # executed, outputs kept in the log
+
+
 def test_figures_are_written_png_and_svg(rendered_ok):
     root, _ = rendered_ok
     figs = root / "results" / GPU / STUDY / "figures"
@@ -482,7 +494,10 @@ def test_publish_copies_everything_and_indexes(rendered_ok, tmp_path):
     md = paths["md"].read_text()
     assert "Rendered from published data" not in md  # rendered as measured
     dest = root / "worklogs" / GPU / STUDY
-    assert (dest / "README.md").read_text() == md == (dest / "worklog.md").read_text()
+    assert (dest / "README.md").read_text() == md
+    assert not (dest / "worklog.md").exists()  # one page per folder
+    # rendered as rule worklog renders it: the study notebook's own figures included
+    assert "### SASS instruction mix" in md and (dest / "figures" / "sass_mix.png").is_file()
     assert (dest / "worklog.html").is_file()
     for name in ("measurements", "device", "build", "sass", "profile", "roofline", "sanitizer"):
         assert tables.read(dest / "data" / f"{name}.parquet").equals(tables.read(paths[name]))
@@ -511,6 +526,38 @@ def test_publish_copies_everything_and_indexes(rendered_ok, tmp_path):
     proc = run_in(root, args)
     assert proc.returncode == 0, output(proc)
     assert not (dest / "figures" / "old.png").exists()
+
+
+PUBLISHED = publish.published(REPO / "worklogs")
+
+
+def test_published_folders_hold_one_page():
+    assert PUBLISHED
+    for gpu, study in PUBLISHED:
+        here = REPO / "worklogs" / gpu / study
+        assert sorted(p.name for p in here.iterdir()) == [
+            "README.md",
+            "data",
+            "figures",
+            "worklog.html",
+        ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("gpu, study", PUBLISHED, ids=[f"{g}/{s}" for g, s in PUBLISHED])
+def test_published_page_is_what_its_data_renders_today(gpu, study, tmp_path):
+    """The committed page equals the current code's page of its data/: a renderer change is
+    published with the pages it changes (python -m kernelbook.publish render GPU/STUDY)."""
+    published = REPO / "worklogs" / gpu / study
+    page = publish.render_published(REPO / "worklogs", gpu, study, REPO / "analysis", tmp_path)
+
+    def body(md: str) -> list[str]:  # a page rendered from data/ has no 'rendered' banner
+        return [ln for ln in md.splitlines() if not ln.startswith("> **Rendered from published")]
+
+    assert body(page.read_text()) == body((published / "README.md").read_text())
+    assert sorted(p.name for p in (tmp_path / "figures").iterdir()) == sorted(
+        p.name for p in (published / "figures").iterdir()
+    )
 
 
 def test_publish_refuses_what_was_not_rendered(tmp_path):

@@ -2,7 +2,7 @@
 
     results/<gpu>/<study>/            what a run on a GPU wrote (not committed)
     worklogs/<gpu>/<study>/           what publish copies there (committed):
-        README.md, worklog.md         the page (README.md so that the folder shows it)
+        README.md                     the page (named so that the folder shows it)
         worklog.html                  the same page, standalone
         figures/                      PNG + SVG of every figure on the page
         data/                         the tables (Parquet) and study.json the page was made from
@@ -13,6 +13,7 @@ entry's hash (spec_sha256); :func:`stale` compares them with the current sources
 
 Entry point for the rules (and anyone without the DAG):
     python -m kernelbook.publish publish GPU/STUDY ...   copy results into worklogs/, re-index
+    python -m kernelbook.publish render GPU/STUDY ...    render published pages again from data/
     python -m kernelbook.publish index                   regenerate worklogs/README.md
     python -m kernelbook.publish check                   list stale published studies (exit 1)
 """
@@ -63,8 +64,7 @@ def published_paths(worklogs: str | Path, gpu: str, study: str) -> dict[str, Pat
     out = {name: here / "data" / f"{name}.parquet" for name in DATA_TABLES}
     out.update(
         meta=here / "data" / "study.json",
-        md=here / "worklog.md",
-        readme=here / "README.md",
+        md=here / "README.md",
         html=here / "worklog.html",
         figures=here / "figures",
     )
@@ -119,7 +119,6 @@ def publish(results: str | Path, worklogs: str | Path, gpu: str, study: str) -> 
                 shutil.copyfile(src[name], tmp / "data" / f"{name}.parquet")
         shutil.copy2(src["meta"], tmp / "data" / "study.json")
         shutil.copytree(src["figures"], tmp / "figures")
-        shutil.copy2(src["md"], tmp / "worklog.md")
         shutil.copy2(src["md"], tmp / "README.md")
         shutil.copy2(src["html"], tmp / "worklog.html")
         old = None
@@ -137,20 +136,56 @@ def publish(results: str | Path, worklogs: str | Path, gpu: str, study: str) -> 
     return dest
 
 
+def render_tables(tables: dict[str, Path], outdir: Path, study: str, analysis="analysis"):
+    """<outdir>/worklog.md, worklog.html and figures/ as measured, from these tables, with the
+    study's own figures when analysis/<study>.ipynb exists: the page rule worklog makes."""
+    from kernelbook import notebook, worklog
+
+    tables = {k: Path(v) for k, v in tables.items() if Path(v).exists()}
+    study_nb = Path(analysis) / f"{study}.ipynb"
+    with tempfile.TemporaryDirectory(prefix="kernelbook-render-") as tmp:
+        extra = None
+        if study_nb.is_file():
+            extra = Path(tmp) / "study_figures"
+            job = notebook.job(tables, {"figures": extra}, {"mode": "measured"})
+            notebook.run(study_nb, job, Path(tmp) / f"{study}.ipynb")
+        worklog.render(tables, outdir, mode="measured", study_figures=extra)
+
+
 def render_results(results, gpu: str, study: str, configfile="config/config.yaml") -> Path:
-    """Render results/<gpu>/<study>/worklog.* with the library (no notebook), as measured."""
+    """Render results/<gpu>/<study>/worklog.* without Snakemake, as measured."""
     from kernelbook import config as cfg
     from kernelbook import worklog
 
     paths = result_paths(results, gpu, study)
     if not paths["measurements"].is_file():
         raise PublishError(f"cannot render {gpu}/{study}: {paths['measurements']} not found")
+    project = cfg.load_project_file(configfile, overrides={"studies": [study]})
     if not paths["meta"].is_file():
-        project = cfg.load_project_file(configfile, overrides={"studies": [study]})
         worklog.write_meta(project.study(study), project.root, paths["meta"])
     names = (*DATA_TABLES, "meta")
-    worklog.render({k: paths[k] for k in names}, paths["md"].parent, mode="measured")
+    tables = {k: paths[k] for k in names}
+    render_tables(tables, paths["md"].parent, study, project.root / "analysis")
     return paths["md"]
+
+
+def render_published(worklogs, gpu: str, study: str, analysis="analysis", out=None) -> Path:
+    """Render a published page again from its data/ with the current code, in place (or
+    into ``out``): README.md, worklog.html and figures/. Returns the page."""
+    p = published_paths(worklogs, gpu, study)
+    if not p["measurements"].is_file():
+        raise PublishError(f"cannot render {gpu}/{study}: {p['measurements']} not found")
+    dest = Path(out) if out is not None else p["md"].parent
+    with tempfile.TemporaryDirectory(prefix="kernelbook-render-") as tmp:
+        tmp = Path(tmp)
+        render_tables({k: p[k] for k in (*DATA_TABLES, "meta")}, tmp, study, analysis)
+        dest.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(tmp / "worklog.md", dest / "README.md")
+        shutil.copyfile(tmp / "worklog.html", dest / "worklog.html")
+        if (dest / "figures").exists():
+            shutil.rmtree(dest / "figures")
+        shutil.copytree(tmp / "figures", dest / "figures")
+    return dest / "README.md"
 
 
 # ------------------------------------------------------------------------------------------
@@ -689,11 +724,13 @@ def main(argv=None) -> int:
     s.add_argument(
         "--render",
         action="store_true",
-        help="render the worklog from the results' tables first, without Snakemake or Jupyter "
-        "(for results measured on a GPU host and brought here; a study's own notebook "
-        "figures are then left out)",
+        help="render the worklog from the results' tables first, without Snakemake (for "
+        "results measured on a GPU host and brought here); the page is the one rule worklog "
+        "makes, the study's own notebook figures included",
     )
     s.add_argument("pairs", nargs="*", metavar="GPU/STUDY")
+    s = sub.add_parser("render", help="render published pages again from their data/")
+    s.add_argument("pairs", nargs="+", metavar="GPU/STUDY")
     sub.add_parser("index", help="regenerate worklogs/README.md")
     s = sub.add_parser("check", help="list published studies stale against current sources")
     s.add_argument("--json", action="store_true", help="print the changes as JSON")
@@ -715,6 +752,13 @@ def main(argv=None) -> int:
             print(
                 f"kernelbook publish: index of {len(published(args.worklogs))} worklog(s): {path}"
             )
+            return 0
+        if args.command == "render":
+            analysis = Path(args.configfile).resolve().parent.parent / "analysis"
+            for pair in args.pairs:
+                gpu, _, study = pair.partition("/")
+                page = render_published(args.worklogs, gpu, study, analysis)
+                print(f"kernelbook publish: {gpu}/{study} rendered again: {page}")
             return 0
         if args.command == "index":
             print(write_index(args.worklogs))

@@ -13,12 +13,15 @@
 
 from kernelbook import publish as kb_publish  # noqa: E402
 
+# The notebooks run through kernelbook.notebook (workflow/scripts/notebook.py) rather than
+# the notebook: directive, which prints a papermill probe and a kernel warning on every job.
+ANALYSIS = str(Path(workflow.basedir) / "analysis")
 WORKLOGS = kb_publish.Worklogs(
     R,
     GPU_SLUG if GPU else None,
     PROJECT,
     workflow,
-    analysis=Path(workflow.basedir) / "analysis",
+    analysis=ANALYSIS,
     no_gpu_why=NO_GPU_WHY,
 )
 worklog_targets = WORKLOGS.targets
@@ -64,8 +67,9 @@ rule study_figures:
         "../envs/kernelbook.yaml"
     params:
         mode=WORKLOGS.mode,
-    notebook:
-        "../../analysis/{wildcards.study}.ipynb"
+        notebook=f"{ANALYSIS}/{{study}}.ipynb",
+    script:
+        "../scripts/notebook.py"
 
 
 rule worklog:
@@ -94,8 +98,9 @@ rule worklog:
     params:
         mode=WORKLOGS.mode,
         stale=WORKLOGS.stale,
-    notebook:
-        "../../analysis/worklog.ipynb"
+        notebook=f"{ANALYSIS}/worklog.ipynb",
+    script:
+        "../scripts/notebook.py"
 
 
 rule publish:
