@@ -12,11 +12,36 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+_CUBINS = pytest.StashKey[str]()
+
+
+def pytest_configure(config):
+    """One content-hashed cubin cache (kernelbook.build.CACHE_ENV) for the whole run: each
+    kernel is compiled by nvcc once, then reused by every test, every xdist worker and every
+    pipeline job the tests start (they inherit the environment). Removed at the end."""
+    from kernelbook import build
+
+    if hasattr(config, "workerinput") or os.environ.get(build.CACHE_ENV):
+        return  # an xdist worker (the controller made it), or a cache the caller chose
+    path = tempfile.mkdtemp(prefix="kernelbook-test-cubins-")
+    os.environ[build.CACHE_ENV] = path
+    config.stash[_CUBINS] = path
+
+
+def pytest_unconfigure(config):
+    from kernelbook import build
+
+    path = config.stash.get(_CUBINS, None)
+    if path:
+        shutil.rmtree(path, ignore_errors=True)
+        os.environ.pop(build.CACHE_ENV, None)
+
 
 # What a checkout needs to run the pipeline (results/, .snakemake/ and caches stay behind).
 COPY_ITEMS = ("Snakefile", "workflow", "config", "kernels", "profiles", "src")
@@ -31,6 +56,20 @@ def candidate_sample(study: str, vid: str) -> list[str]:
     p = config.load_project_file(REPO / "config" / "config.yaml", overrides={"studies": [study]})
     c = p.study(study).variant(vid).candidates
     return sorted({c[0], c[len(c) // 2], c[-1]})
+
+
+# Fixtures that run the whole pipeline: their tests are the long end-to-end ones, marked
+# slow (the quick suite: -m "not slow"), and each group runs on one xdist worker, so that the
+# session fixture is made once (pytest -n auto --dist loadgroup).
+END_TO_END = {"built_repo": "built", "clone_built": "built", "rendered": "rendered"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        groups = sorted({END_TO_END[f] for f in item.fixturenames if f in END_TO_END})
+        if groups:
+            item.add_marker(pytest.mark.slow)
+            item.add_marker(pytest.mark.xdist_group(groups[0]))
 
 
 def copy_repo(dest: Path) -> Path:
@@ -120,14 +159,15 @@ def nogpu_args() -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def built_repo(tmp_path_factory, nogpu_args):
-    """A copy of the repository after one real `snakemake --cores 2 all` (compile only).
+def built_repo(tmp_path_factory):
+    """A copy of the repository after one real `snakemake --cores 2 all --config gpu=none`
+    (compile only, GPU or not): every kernel of every study.
 
     Returns (root, completed process). Tests that change files must work on a copy of it
     (``clone_built``), since other tests read it.
     """
     root = copy_repo(tmp_path_factory.mktemp("built") / "repo")
-    proc = snakemake(root, "--cores", "2", "all", *nogpu_args, timeout=600)
+    proc = snakemake(root, "--cores", "2", "all", "--config", "gpu=none", timeout=900)
     return root, proc
 
 

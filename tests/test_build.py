@@ -389,6 +389,40 @@ def test_missing_source(variants, tmp_path):
         build.compile_variant(v, ARCH, FLAGS, REPO, tmp_path / "k.cubin")
 
 
+def test_cubin_cache_reuses_only_identical_builds(variants, tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv(build.CACHE_ENV, str(cache))
+    root = tmp_path / "repo"
+    shutil.copytree(REPO / "kernels" / "sgemm", root / "kernels" / "sgemm")
+    v = variants["01_naive"]
+    first = build.compile_variant(v, ARCH, FLAGS, root, tmp_path / "a" / "k.cubin")
+    assert len(list(cache.iterdir())) == 1
+    # the same build elsewhere (another copy, another output): the cached cubin and report
+    shutil.copytree(root, tmp_path / "copy")
+    again = build.compile_variant(v, ARCH, FLAGS, tmp_path / "copy", tmp_path / "b" / "k.cubin")
+    assert len(list(cache.iterdir())) == 1
+    assert (again.resources, again.sass, again.log) == (first.resources, first.sass, first.log)
+    assert (tmp_path / "b" / "k.cubin").read_bytes() == (tmp_path / "a" / "k.cubin").read_bytes()
+    assert again.command[-1] == str(tmp_path / "copy" / v.source)  # its own command
+    # anything that changes the build misses: defines, flags, the source, a quoted include
+    build.compile_variant(
+        dataclasses.replace(v, defines={"BS": 16}), ARCH, FLAGS, root, tmp_path / "c.cubin"
+    )
+    build.compile_variant(v, ARCH, [*FLAGS, "-DX=1"], root, tmp_path / "d.cubin")
+    src = root / v.source
+    src.write_text('#include "extra.h"\n' + src.read_text())
+    (src.parent / "extra.h").write_text("// one\n")
+    build.compile_variant(v, ARCH, FLAGS, root, tmp_path / "e.cubin")
+    (src.parent / "extra.h").write_text("// two\n")
+    build.compile_variant(v, ARCH, FLAGS, root, tmp_path / "f.cubin")
+    assert len(list(cache.iterdir())) == 5
+    # a failed build is not cached
+    src.write_text(src.read_text() + "\nthis is not C++;\n")
+    with pytest.raises(CompileError):
+        build.compile_variant(v, ARCH, FLAGS, root, tmp_path / "g.cubin")
+    assert len(list(cache.iterdir())) == 5
+
+
 def test_tools():
     assert Path(build.tool("cuobjdump")).is_file()
     assert Path(build.tool("nvcc")).is_file()
