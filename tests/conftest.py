@@ -64,12 +64,15 @@ def candidate_sample(study: str, vid: str) -> list[str]:
 END_TO_END = {"built_repo": "built", "clone_built": "built", "rendered": "rendered"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     for item in items:
         groups = sorted({END_TO_END[f] for f in item.fixturenames if f in END_TO_END})
         if groups:
             item.add_marker(pytest.mark.slow)
             item.add_marker(pytest.mark.xdist_group(groups[0]))
+        elif "built" in item.fixturenames:  # a module's kernels, compiled once, on one worker
+            item.add_marker(pytest.mark.xdist_group(f"built:{item.module.__name__}"))
 
 
 def copy_repo(dest: Path) -> Path:
