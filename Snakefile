@@ -26,8 +26,14 @@ rule all:
     input:
         all_targets(),
         worklog_targets(GPU_SLUG if GPU else None),
+        gate_targets(),
 
 
 rule tables:
     input:
         all_targets(),
+        gate_targets(),
+
+
+onerror:
+    print_gate_summary()

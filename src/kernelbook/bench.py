@@ -1,9 +1,14 @@
 """Check, then time, one variant over its sizes with its baseline side by side.
 
 Every size is checked against the float64 reference before anything is timed: a wrong,
-non-finite, out-of-bounds, crashing or hanging kernel stops the job with one message that
-names the study, variant and size, and no time of it is recorded. Sizes a variant's
-``requires`` rule out are kept as ``skipped`` rows with the failed condition.
+non-finite, out-of-bounds, crashing or hanging kernel gets a message that names the study,
+variant and size, and no time of it is recorded. Sizes a variant's ``requires`` rule out
+are kept as ``skipped`` rows with the failed condition.
+
+With ``tolerate_failure`` (the pipeline's jobs) a failure becomes ``failed`` rows, with the
+kind in ``failure`` (kernelbook.gate.FAILURE_KINDS) and the message in ``reason``: a wrong
+result fails its size and the other sizes are still checked; a crash or a hang leaves the
+device unusable, so the sizes not yet done fail with it. Without, the first failure raises.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from kernelbook.timing import Hang, Timer
 class KernelFailure(RuntimeError):
     """A variant could not be run or checked at a size (crash, launch error, hang, wrong)."""
 
+    kind = "launch"
+
 
 class Crash(KernelFailure):
     kind = "crash"
@@ -35,6 +42,12 @@ class BuildInfo:
     cubin: Path
     nvcc_version: str
     nvcc_flags: str
+    failed: str | None = None  # why there is nothing to run (a failed compile's message)
+    failed_kind: str = "compile"
+
+
+# After these the CUDA context is lost: nothing more runs in the job's process.
+DEVICE_LOST = frozenset({"crash", "hang"})
 
 
 def _cuda_error(e: BaseException) -> bool:
@@ -179,7 +192,7 @@ def bench_variant(
         "baseline": study.baseline,
         "source_sha256": sha256_file(src),
         "spec_sha256": variant.spec_sha256(),
-        "cubin_sha256": sha256_file(build.cubin),
+        "cubin_sha256": "" if build.failed else sha256_file(build.cubin),
         "defines": json.dumps(variant.defines),
         "nvcc_flags": build.nvcc_flags,
         "nvcc_version": build.nvcc_version,
@@ -210,29 +223,64 @@ def bench_variant(
             rows.append(blank(s, "skipped", "requires " + " and ".join(unmet)))
         else:
             runnable.append(s)
+
+    def fail(s, kind: str, reason: str) -> None:
+        log(f"{b.where(variant, s)}: failed ({kind}): {reason}")
+        rows.append({**blank(s, "failed", f"{kind}: {reason}"), "failure": kind})
+
     checked: dict[str, tuple] = {}
+    current = None  # the size being run when a crash or hang ends the job's use of the GPU
     try:
-        kernel = b.load(variant, build.cubin)
+        if build.failed:
+            for s in runnable:
+                fail(s, build.failed_kind, build.failed)
+            runnable = []
+        else:
+            kernel = b.load(variant, build.cubin)
         with b.stream, b.torch.cuda.stream(b.torch_stream):
             for s in runnable:  # correct before fast: every size, before any timing
-                case, _, launch, result, tol = b.check(kernel, variant, s)
+                current = s
+                try:
+                    case, _, launch, result, tol = b.check(kernel, variant, s)
+                except CheckError as e:
+                    if not tolerate_failure:
+                        raise
+                    fail(s, e.kind, str(e))  # the kernel ran: the other sizes still can
+                    b.free()
+                    continue
                 log(f"{b.where(variant, s)}: correct, rel_err {result.rel_err:.2e} (tol {tol:.1e})")
                 checked[problem.label(s)] = (result, launch)
                 del case
                 b.free()
             for s in runnable:
+                if problem.label(s) not in checked:
+                    continue
+                current = s
                 rows.append(_time_size(b, kernel, variant, s, checked[problem.label(s)], blank))
                 b.free()
-    except (KernelFailure, CheckError, Hang) as e:
+    except (KernelFailure, Hang) as e:
         if not tolerate_failure:
             raise
-        kind = getattr(e, "kind", type(e).__name__.lower())
-        log(f"{study.name}/{variant.id}: candidate failed ({kind}): {e}")
+        kind = getattr(e, "kind", "hang")
         done = {r["size"] for r in rows}
-        rows += [blank(s, "failed", f"{kind}: {e}") for s in sizes if problem.label(s) not in done]
+        at = problem.label(current) if current is not None else None
+        for s in runnable:
+            label = problem.label(s)
+            if label in done:
+                continue
+            if at is None or label == at:
+                fail(s, kind, str(e))
+            else:
+                fail(s, kind, f"not run: the {kind} at {at} ended the job's use of the GPU ({e})")
     finally:
         b.close()
-    return rows
+    order = {problem.label(s): i for i, s in enumerate(sizes)}
+    return sorted(rows, key=lambda r: order.get(r["size"], len(order)))
+
+
+def device_lost(rows: list[dict]) -> bool:
+    """A crash or a hang among ``rows``: the process must leave without touching the GPU."""
+    return any(r.get("failure") in DEVICE_LOST for r in rows)
 
 
 def _copy_launcher(b: Bench, nbytes: float):

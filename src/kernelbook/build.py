@@ -12,10 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelbook.config import Variant
+from kernelbook.procs import ToolTimeout, run_tool
+
+NVCC_TIMEOUT_S = 600.0  # timeouts.nvcc_s's default
 
 
 class CompileError(RuntimeError):
-    """nvcc failed, or the entry point is not in what it built."""
+    """nvcc failed or ran out of time, or the entry point is not in what it built."""
+
+    kind = "compile"
 
 
 @dataclass(frozen=True)
@@ -149,10 +154,13 @@ def tool_env() -> dict[str, str]:
 
 def nvcc_version() -> str:
     try:
-        text = subprocess.run(
-            ["nvcc", "--version"], capture_output=True, text=True, check=True
-        ).stdout
-    except (OSError, subprocess.CalledProcessError) as e:
+        proc = run_tool(
+            ["nvcc", "--version"], timeout=60, what="nvcc --version", setting="a fixed 60 s"
+        )
+        if proc.returncode != 0:
+            raise subprocess.CalledProcessError(proc.returncode, proc.args, proc.stdout)
+        text = proc.stdout
+    except (OSError, subprocess.CalledProcessError, ToolTimeout) as e:
         raise CompileError(f"nvcc is not usable: {e}") from None
     m = re.search(r"release [\d.]+, V([\d.]+)", text)
     return m.group(1) if m else text.strip().splitlines()[-1]
@@ -200,8 +208,16 @@ class BuildResult:
 
 
 def compile_variant(
-    variant: Variant, arch: str, flags: list[str], root: Path, cubin: Path
+    variant: Variant,
+    arch: str,
+    flags: list[str],
+    root: Path,
+    cubin: Path,
+    timeout: float = NVCC_TIMEOUT_S,
 ) -> BuildResult:
+    """nvcc to ``cubin`` (written only on success), its resources and SASS histogram; nvcc
+    and cuobjdump each get ``timeout`` seconds (timeouts.nvcc_s) before their process
+    group is killed."""
     source = Path(root) / variant.source
     if not source.is_file():
         raise CompileError(f"{variant.study}/{variant.id}: source {variant.source} not found")
@@ -209,7 +225,14 @@ def compile_variant(
     cubin.parent.mkdir(parents=True, exist_ok=True)
     tmp = cubin.with_name(cubin.name + ".tmp")
     cmd = nvcc_command(variant, arch, flags, source, tmp)
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    where = f"{variant.study}/{variant.id}"
+    try:
+        proc = run_tool(cmd, timeout=timeout, what=where, setting="timeouts.nvcc_s")
+    except ToolTimeout as e:
+        tmp.unlink(missing_ok=True)
+        raise CompileError(f"{e}\n{e.output.strip()}\ncommand: {' '.join(cmd)}".strip()) from None
+    except OSError as e:
+        raise CompileError(f"{where}: nvcc is not usable: {e}") from None
     log = proc.stdout + proc.stderr
     if proc.returncode != 0:
         tmp.unlink(missing_ok=True)
@@ -225,10 +248,19 @@ def compile_variant(
             f"{variant.study}/{variant.id}: entry '{variant.entry}' is not a kernel in "
             f'{variant.source} (kernels found: {found}; is it extern "C" __global__?)'
         )
-    dump = subprocess.run(
-        [tool("cuobjdump"), "-sass", str(tmp)], capture_output=True, text=True, env=tool_env()
-    )
+    try:
+        dump = run_tool(
+            [tool("cuobjdump"), "-sass", str(tmp)],
+            timeout=timeout,
+            what=where,
+            setting="timeouts.nvcc_s",
+            env=tool_env(),
+        )
+    except ToolTimeout as e:
+        tmp.unlink(missing_ok=True)
+        raise CompileError(str(e)) from None
     if dump.returncode != 0:
+        tmp.unlink(missing_ok=True)
         raise CompileError(
             f"{variant.study}/{variant.id}: cuobjdump -sass failed: {dump.stderr.strip()}"
         )

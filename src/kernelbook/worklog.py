@@ -259,6 +259,11 @@ def load(paths: Mapping[str, str | Path], mode: str = "measured") -> StudyData:
         p = paths.get(name)
         if p is not None and p.is_file():
             loaded[name] = tables.read(p)
+    prof = loaded.get("profile")
+    if prof is not None and "status" in prof.columns:
+        # not_run and failed rows hold no metric: the failures section reads them
+        loaded["profile_status"] = prof
+        loaded["profile"] = prof[prof["status"].isna() | (prof["status"] == "ok")]
     meas = loaded["measurements"]
     meta_path = paths.get("meta")
     meta = (
@@ -288,6 +293,55 @@ def fmt(x, digits: int = 4) -> str:
     if 10**digits <= abs(v) < 1e6:
         return f"{v:.0f}"
     return f"{v:.{digits}g}"
+
+
+def failures(data: StudyData) -> list:
+    """The study's failed (variant, size) pairs, as the bench gate sees them."""
+    from kernelbook import gate
+
+    expects = {v["id"]: v.get("expect") for v in data.meta.get("variants", [])}
+    return gate.failures(
+        data.study,
+        expects,
+        build=data.table("build"),
+        measurements=data.measurements,
+        profile=data.table("profile_status"),
+    )
+
+
+def failures_section(data: StudyData) -> list[str]:
+    """Markdown lines of the page's first section when something failed (else none)."""
+    found = failures(data)
+    if not found:
+        return []
+    groups: dict[tuple, list] = {}
+    for f in found:
+        groups.setdefault((f.variant, f.stage, f.kind, f.expected), []).append(f)
+    bad = sum(1 for f in found if not f.expected)
+    L = ["## Failures", ""]
+    L.append(
+        f"{len(found)} (variant, size) failed"
+        + (f", {bad} of them unexpectedly" if bad else ", all as their negative control expects")
+        + ": their rows hold no timing, and the rest of this page shows what did run. "
+        + ("The run that made this page exited non-zero (bench gate)." if bad else "")
+    )
+    L.append("")
+    rows = []
+    for (variant, stage, kind, expected), fs in groups.items():
+        msg = " ".join(str(fs[0].message or "").split())
+        rows.append(
+            [
+                f"**{variant}**",
+                ", ".join(dict.fromkeys(f.size for f in fs)),
+                stage,
+                kind,
+                "expected" if expected else "**unexpected**",
+                _esc(msg if len(msg) <= 300 else msg[:297] + "..."),
+            ]
+        )
+    L.append(md_table(["variant", "sizes", "stage", "kind", "", "message"], rows, "llllll"))
+    L.append("")
+    return L
 
 
 def _isnull(x) -> bool:
@@ -902,6 +956,7 @@ def render_markdown(
     if meta.get("question"):
         L.append(f"**Question.** {meta['question']}")
         L.append("")
+    L += failures_section(data)
     if data.mode == "replay":
         L.append(
             f"> **Rendered from published data measured on {s['measured_from']}"
@@ -1141,6 +1196,8 @@ def _resources(data, v, r) -> list[str]:
     b = _build_row(data, v, r)
     if b is None:
         return []
+    if b.get("status") == "failed":
+        return [f"**Build failed** ({b['variant']}): `{_code(str(b['reason'])[:600])}`", ""]
     spill = int(b["spill_store_bytes"]) + int(b["spill_load_bytes"])
     text = (
         f"**Resources** ({b['variant']}): {int(b['registers'])} registers/thread, "

@@ -1,6 +1,10 @@
 # Bench stage (GPU): check every size against the reference, then time it beside the
 # baseline; autotuning candidates reduce to their tuned variant, whose winner at the headline
 # then runs at the sizes it was not tuned at (sweep/); one table per study.
+# A variant that fails (compile, launch, wrong, crash, hang) is recorded as failed rows and
+# its job succeeds, so the study's tables and page are made; the gate of each study then
+# fails the run at its end with one line per failure (negative controls that fail as their
+# `expect` says pass it).
 
 
 rule bench:
@@ -19,12 +23,11 @@ rule bench:
     params:
         spec=variant_spec,
         settings=settings_arg,
-        tolerate=tolerate_flag,
         py=PY,
     shell:
         "{params.py} -m kernelbook --settings {params.settings} bench {wildcards.study} "
         "{wildcards.variant} --cubin {input.cubin} --build-table {input.build} --out {output} "
-        "{params.tolerate} > {log} 2>&1"
+        "--record-failure > {log} 2>&1"
 
 
 rule select_tuned:
@@ -66,7 +69,7 @@ rule bench_tuned_sweep:
     shell:
         "{params.py} -m kernelbook --settings {params.settings} bench {wildcards.study} "
         "{wildcards.variant} {params.tuned} --build-dir {params.build_dir} --out {output} "
-        "> {log} 2>&1"
+        "--record-failure > {log} 2>&1"
 
 
 rule measurements:
@@ -99,3 +102,24 @@ rule device:
         py=PY,
     shell:
         "{params.py} -m kernelbook --settings {params.settings} device --out {output} > {log} 2>&1"
+
+
+rule bench_gate:
+    input:
+        build=f"{R}/build/{{study}}/build.parquet",
+        measurements=f"{R}/{{gpu}}/{{study}}/measurements.parquet",
+        profile=f"{R}/{{gpu}}/{{study}}/profile.parquet",
+    output:
+        f"{R}/{{gpu}}/{{study}}/bench.ok",
+    log:
+        f"{R}/logs/{{study}}/bench_gate/{{gpu}}.log",
+    priority: -10
+    conda:
+        "../envs/kernelbook.yaml"
+    params:
+        settings=settings_arg,
+        py=PY,
+    shell:
+        "{params.py} -m kernelbook --settings {params.settings} gate {wildcards.study} "
+        "--build {input.build} --measurements {input.measurements} --profile {input.profile} "
+        "--out {output} > {log} 2>&1"

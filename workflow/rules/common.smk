@@ -4,7 +4,10 @@
 import json
 import shlex
 import sys
+import time
 from pathlib import Path
+
+RUN_STARTED = time.time()  # a gate's log older than this run is not this run's word
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
@@ -105,10 +108,6 @@ def candidate_files(wildcards):
     ]
 
 
-def tolerate_flag(wildcards):
-    return "--tolerate-failure" if variant_of(wildcards).tuned_from else ""
-
-
 def tuned_inputs(wildcards):
     v = variant_of(wildcards)
     if v.is_tuned:
@@ -119,6 +118,23 @@ def tuned_inputs(wildcards):
             ],
         }
     return {"cubin": f"{R}/build/{wildcards.study}/{v.id}/kernel.cubin"}
+
+
+def checked_inputs(wildcards):
+    """Profile and sanitize run what the bench found correct: a plain variant's bench table
+    (sizes it failed at are not run again), a tuned variant's winners."""
+    named = tuned_inputs(wildcards)
+    if not variant_of(wildcards).is_tuned:
+        named["bench"] = (
+            f"{R}/{wildcards.gpu}/{wildcards.study}/bench/{wildcards.variant}.parquet"
+        )
+    return named
+
+
+def bench_arg(wildcards):
+    if variant_of(wildcards).is_tuned:
+        return ""
+    return f"--bench-table {R}/{wildcards.gpu}/{wildcards.study}/bench/{wildcards.variant}.parquet"
 
 
 def tuned_arg(wildcards):
@@ -139,6 +155,15 @@ def declared_variants(kind):
     return inputs
 
 
+def gate_targets():
+    """One gate per study: with a GPU the bench gate (compile failures included), else the
+    build gate; each fails, after the tables are made, when something failed unexpectedly.
+    """
+    if GPU:
+        return [f"{R}/{GPU_SLUG}/{name}/bench.ok" for name in PROJECT.studies]
+    return [f"{R}/build/{name}/build.ok" for name in PROJECT.studies]
+
+
 def all_targets():
     targets = []
     for name in PROJECT.studies:
@@ -154,3 +179,32 @@ def all_targets():
                 f"{base}/sanitize.ok",
             ]
     return targets
+
+
+def gate_logs():
+    """(output, log) of every gate of this run, as the gate rules name them."""
+    if not GPU:
+        return [
+            (f"{R}/build/{n}/build.ok", f"{R}/logs/{n}/build_gate.log")
+            for n in PROJECT.studies
+        ]
+    return [
+        (f"{R}/{GPU_SLUG}/{n}/{gate}.ok", f"{R}/logs/{n}/{gate}_gate/{GPU_SLUG}.log")
+        for n in PROJECT.studies
+        for gate in ("bench", "sanitize")
+    ]
+
+
+def print_gate_summary():
+    """At the end of a failed run: what each failed gate said, on one screen."""
+    said = []
+    for ok, log in gate_logs():
+        fresh = Path(log).is_file() and Path(log).stat().st_mtime >= RUN_STARTED
+        if not Path(ok).exists() and fresh:
+            text = Path(log).read_text().strip()
+            if text:
+                said.append(text.removeprefix("kernelbook: error: "))
+    if said:
+        print(
+            "\nkernelbook: the run's gates failed:\n" + "\n".join(said), file=sys.stderr
+        )

@@ -1,12 +1,14 @@
 # Profile and sanitize stages (GPU): Nsight Compute metrics and the roofline per study;
 # compute-sanitizer per variant, and a gate that fails on unexplained findings. Both run
-# in their own processes, apart from the timing. An autotuned variant is profiled and
-# sanitized through the candidate that won at the size in question.
+# in their own processes, apart from the timing, each within its time limit (timeouts.ncu_s,
+# timeouts.sanitizer_s). An autotuned variant is profiled and sanitized through the
+# candidate that won at the size in question; a plain one after its bench, which says the
+# sizes it failed at: those are not profiled, and a hanging kernel is not sanitized.
 
 
 rule profile:
     input:
-        unpack(tuned_inputs),
+        unpack(checked_inputs),
     output:
         table=f"{R}/{{gpu}}/{{study}}/profile/{{variant}}.parquet",
         reports=directory(f"{R}/{{gpu}}/{{study}}/profile/{{variant}}"),
@@ -21,11 +23,12 @@ rule profile:
         spec=variant_spec,
         settings=settings_arg,
         tuned=tuned_arg,
+        bench=bench_arg,
         build_dir=lambda w: f"{R}/build/{w.study}",
         py=PY,
     shell:
         "{params.py} -m kernelbook --settings {params.settings} profile {wildcards.study} "
-        "{wildcards.variant} --build-dir {params.build_dir} {params.tuned} "
+        "{wildcards.variant} --build-dir {params.build_dir} {params.tuned} {params.bench} "
         "--reports {output.reports} --out {output.table} > {log} 2>&1"
 
 
@@ -66,7 +69,7 @@ rule roofline:
 
 rule sanitize:
     input:
-        unpack(tuned_inputs),
+        unpack(checked_inputs),
     output:
         f"{R}/{{gpu}}/{{study}}/sanitize/{{variant}}.parquet",
     log:
@@ -80,11 +83,12 @@ rule sanitize:
         spec=variant_spec,
         settings=settings_arg,
         tuned=tuned_arg,
+        bench=bench_arg,
         build_dir=lambda w: f"{R}/build/{w.study}",
         py=PY,
     shell:
         "{params.py} -m kernelbook --settings {params.settings} sanitize {wildcards.study} "
-        "{wildcards.variant} --build-dir {params.build_dir} {params.tuned} "
+        "{wildcards.variant} --build-dir {params.build_dir} {params.tuned} {params.bench} "
         "--out {output} > {log} 2>&1"
 
 
@@ -113,7 +117,8 @@ rule sanitize_gate:
     conda:
         "../envs/kernelbook.yaml"
     params:
+        settings=settings_arg,
         py=PY,
     shell:
-        "{params.py} -m kernelbook sanitize-gate {wildcards.study} {input} --out {output} "
-        "> {log} 2>&1"
+        "{params.py} -m kernelbook --settings {params.settings} sanitize-gate {wildcards.study} "
+        "{input} --out {output} > {log} 2>&1"
