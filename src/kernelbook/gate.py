@@ -43,9 +43,18 @@ class Failure:
     message: str
     expected: bool
 
-    def line(self, width: int = 160) -> str:
-        msg = " ".join(str(self.message or "").split())
+    def line(self, width: int = 200) -> str:
+        """One line: where, stage, kind, and the message's first line (for a compile
+        failure, nvcc's first error line too), without repeating the kind or the variant."""
+        lines = [x.strip() for x in str(self.message or "").splitlines() if x.strip()]
+        first = lines[0] if lines else ""
+        for prefix in (f"{self.kind}: ", f"{self.study}/{self.variant}: "):
+            first = first.removeprefix(prefix)
+        error = next((x for x in lines[1:] if "error" in x.lower()), None)
+        if error and self.kind == "compile":
+            first = f"{first} {error.rsplit('/', 1)[-1]}"
         head = f"{self.study}/{self.variant} {self.size} [{self.stage}] {self.kind}: "
+        msg = " ".join(first.split())
         room = max(40, width - len(head))
         return head + (msg if len(msg) <= room else msg[: room - 3] + "...")
 
