@@ -329,7 +329,9 @@ def test_page_shows_failures_at_the_top(tmp_path):
     for name in ("device", "build", "sass"):
         paths[name] = FIXTURE / f"{name}.parquet"
     data = worklog.load(paths, mode="measured")
-    page = worklog.render_markdown(data, [])
+    figs = worklog.make_figures(data, tmp_path / "figures")  # what did run is still drawn
+    assert any(f.drawn for f in figs)
+    page = worklog.render_markdown(data, figs)
     assert page.index("## Failures") < page.index("**Answer") < page.index("## Provenance")
     section = page[page.index("## Failures") : page.index("**Answer")]
     n = int(bad.sum())

@@ -177,7 +177,7 @@ def gate(table, study_name: str, expects: dict[str, str | None] | None = None) -
         expect = expects.get(r.variant)
         if r.verdict in ("findings", "hang", "failed") and expect is None:
             what = (
-                f"{r.errors} error(s), {r.warnings} warning(s)"
+                f"reports {r.errors} error(s), {r.warnings} warning(s)"
                 if r.verdict == "findings"
                 else ("ran out of time" if r.verdict == "hang" else "failed")
             )
