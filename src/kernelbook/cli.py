@@ -227,6 +227,7 @@ def cmd_bench(args) -> int:
                 variant, s["arch"], list(s["nvcc_flags"]), project.root, cubin, _nvcc_timeout(s)
             )
             info = bench.BuildInfo(cubin, res.nvcc_version, flags)
+        samples: list[dict] = []
         rows = bench.bench_variant(
             project,
             study,
@@ -235,15 +236,24 @@ def cmd_bench(args) -> int:
             slot.uuid,
             sizes=sizes,
             tolerate_failure=args.record_failure,
+            samples=samples,
         )
-    return _finish_bench(args, rows, problem)
+    return _finish_bench(args, rows, problem, samples)
 
 
-def _finish_bench(args, rows, problem) -> int:
+def _finish_bench(args, rows, problem, samples) -> int:
     """Write and print a job's rows; after a crash or a hang, leave without the clean-up
     that would wait on the lost device (the rows are on disk by then)."""
+    import pandas as pd
+
     from kernelbook import bench, tables
 
+    if args.samples_out:  # none when the variant failed before any timing
+        tables.write(
+            samples or pd.DataFrame(columns=tables.schema("samples").names),
+            args.samples_out,
+            "samples",
+        )
     if args.out:
         tables.write(rows, args.out, "measurements", problem.size_names)
     _print_rows(rows, problem)
@@ -295,12 +305,21 @@ def _bench_tuned_sweep(args, project, study, variant, sizes) -> int:
             Path(args.tuned_table), "", _nvcc_flags(project, variant), why, "no_winner"
         )
     slot = gpu.acquire_slot()
+    samples: list[dict] = []
     rows = bench.bench_variant(
-        project, study, run, info, slot.uuid, sizes=sizes, tolerate_failure=args.record_failure
+        project,
+        study,
+        run,
+        info,
+        slot.uuid,
+        sizes=sizes,
+        tolerate_failure=args.record_failure,
+        samples=samples,
     )
     for r in rows:
         r.update(variant=variant.id, variant_kind="tuned", tuned_from=run.id if won else None)
-    return _finish_bench(args, rows, problem)
+    # samples are labelled with the candidate that ran, as its own jobs' samples
+    return _finish_bench(args, rows, problem, samples)
 
 
 def _nvcc_flags(project, variant) -> str:
@@ -441,7 +460,7 @@ def cmd_profile(args) -> int:
 
     project, study, variant = _study_variant(args)
     failed = _bench_failures(args, study)
-    slot = gpu.acquire_slot()
+    slot = gpu.acquire_slot(preload=())
     rows = []
     for run, cubin, sizes in _targets(args, project, study, variant, list(study.profile_sizes)):
         part = profile.profile_variant(
@@ -462,7 +481,7 @@ def cmd_sanitize(args) -> int:
     project, study, variant = _study_variant(args)
     failed = _bench_failures(args, study)
     lost = next(((k, r) for k, r in failed.values() if k in sanitize.NOT_RERUN), None)
-    slot = gpu.acquire_slot()
+    slot = gpu.acquire_slot(preload=())
     if variant.is_tuned:
         headline = study.headline or study.profile_sizes[0]
         targets = _targets(args, project, study, variant, [headline])
@@ -600,6 +619,13 @@ def cmd_gather(args) -> int:
     return 0
 
 
+def cmd_stages(args) -> int:
+    from kernelbook import stages, tables
+
+    tables.write(stages.table(args.inputs, args.study), args.out, "stages")
+    return 0
+
+
 def cmd_select(args) -> int:
     import pandas as pd
 
@@ -655,6 +681,7 @@ def parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--build-dir", help="for an autotuned variant: where its candidates' builds are")
     s.add_argument("--out", help="measurements table (Parquet)")
+    s.add_argument("--samples-out", help="every timed sample (samples table, Parquet)")
     s.add_argument(
         "--record-failure",
         "--tolerate-failure",
@@ -735,6 +762,12 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("inputs", nargs="*")
     s.set_defaults(fn=cmd_gather)
 
+    s = sub.add_parser("stages", help="a study's Snakemake benchmark files as one table")
+    s.add_argument("study")
+    s.add_argument("--out", required=True)
+    s.add_argument("inputs", nargs="*")
+    s.set_defaults(fn=cmd_stages)
+
     s = sub.add_parser("select", help="autotuning: pick the best candidate per size")
     s.add_argument("study")
     s.add_argument("variant")
@@ -752,12 +785,12 @@ def main(argv=None) -> int:
     from kernelbook.profile import ProfileError
     from kernelbook.sanitize import SanitizeError
     from kernelbook.tables import TableError
-    from kernelbook.timing import Hang
+    from kernelbook.timing import DeviceFault, Hang, TimingError
 
     args = parser().parse_args(argv)
     try:
         return args.fn(args)
-    except (Hang, Crash) as e:
+    except (Hang, Crash, DeviceFault) as e:
         # The device is unusable (a kernel still running, or a dead context): say why and
         # leave without the clean-up that would wait on it.
         _eprint(f"kernelbook: error: {e}")
@@ -774,6 +807,7 @@ def main(argv=None) -> int:
         SanitizeError,
         SanitizerFindings,
         GateFailed,
+        TimingError,
     ) as e:
         _eprint(f"kernelbook: error: {e}")
         return 1

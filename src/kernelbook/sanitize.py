@@ -104,30 +104,37 @@ def sanitize_variant(
     known = variant.known_findings
     timeout = float(project.settings.get("timeouts", {}).get("sanitizer_s", SANITIZER_TIMEOUT_S))
     where = f"{study.name}/{variant.id} at {label}"
-    rows = []
-    for tool in tools:
+
+    def sanitize_with(tool) -> tuple[Findings, int, str | None]:
+        """(findings, exit code, verdict when not read from the findings)."""
         if skip is not None:
-            f, code = Findings(tool, 0, 0, f"not run: the bench failed ({skip[1]})"), -1
-            verdict = "not_run"
-        else:
-            launch = launch_command(project, study, variant, label, cubin, "--exact")
-            padding = project.settings["sanitize"]["padding_bytes"]
-            cmd = sanitizer_command(sanitizer_exe(), tool, launch, padding)
-            verdict = None
-            try:
-                proc = run_tool(
-                    cmd,
-                    timeout=timeout,
-                    what=f"{where}: {tool}",
-                    setting="timeouts.sanitizer_s",
-                    env=env,
-                )
-                code = proc.returncode
-                f = parse(tool, proc.stdout + proc.stderr)
-            except ToolTimeout as e:
-                f, code, verdict = Findings(tool, 0, 0, str(e)), -1, "hang"
-            except SanitizeError as e:
-                f, code, verdict = Findings(tool, 0, 0, f"{where}: {e}"), code, "failed"
+            return Findings(tool, 0, 0, f"not run: the bench failed ({skip[1]})"), -1, "not_run"
+        launch = launch_command(project, study, variant, label, cubin, "--exact")
+        padding = project.settings["sanitize"]["padding_bytes"]
+        cmd = sanitizer_command(sanitizer_exe(), tool, launch, padding)
+        try:
+            proc = run_tool(
+                cmd,
+                timeout=timeout,
+                what=f"{where}: {tool}",
+                setting="timeouts.sanitizer_s",
+                env=env,
+            )
+        except ToolTimeout as e:
+            return Findings(tool, 0, 0, str(e)), -1, "hang"
+        try:
+            return parse(tool, proc.stdout + proc.stderr), proc.returncode, None
+        except SanitizeError as e:
+            return Findings(tool, 0, 0, f"{where}: {e}"), proc.returncode, "failed"
+
+    # The tools check correctness, not time: they run side by side, each its own process
+    # group with its own time limit.
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=len(tools) or 1) as pool:
+        results = list(pool.map(sanitize_with, tools))
+    rows = []
+    for tool, (f, code, verdict) in zip(tools, results, strict=True):
         if verdict is None:
             if f.errors == 0 and f.warnings == 0:
                 verdict = "clean"

@@ -34,8 +34,18 @@ import pandas as pd
 
 from kernelbook import figures, problems, tune
 
-TABLES = ("measurements", "device", "build", "sass", "profile", "roofline", "sanitizer")
-OPTIONAL_TABLES = ("profile", "roofline", "sanitizer")
+TABLES = (
+    "measurements",
+    "device",
+    "build",
+    "sass",
+    "profile",
+    "roofline",
+    "sanitizer",
+    "samples",
+    "stages",
+)
+OPTIONAL_TABLES = ("profile", "roofline", "sanitizer", "samples", "stages")
 META = "study.json"
 DASH = "—"
 

@@ -13,6 +13,8 @@ rule compile:
         sass=f"{R}/build/{{study}}/{{variant}}/sass.parquet",
     log:
         f"{R}/logs/{{study}}/compile/{{variant}}.log",
+    benchmark:
+        f"{R}/benchmarks/compile/build/{{study}}/{{variant}}.tsv"
     conda:
         "../envs/kernelbook.yaml"
     params:
@@ -32,6 +34,8 @@ rule build_table:
         f"{R}/build/{{study}}/build.parquet",
     log:
         f"{R}/logs/{{study}}/build_table.log",
+    benchmark:
+        f"{R}/benchmarks/build_table/build/{{study}}/all.tsv"
     conda:
         "../envs/kernelbook.yaml"
     params:
@@ -47,6 +51,8 @@ rule sass_table:
         f"{R}/build/{{study}}/sass.parquet",
     log:
         f"{R}/logs/{{study}}/sass_table.log",
+    benchmark:
+        f"{R}/benchmarks/sass_table/build/{{study}}/all.tsv"
     conda:
         "../envs/kernelbook.yaml"
     params:
