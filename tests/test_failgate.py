@@ -493,3 +493,40 @@ def test_gate_cli(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "ok.ok").read_text() == "sgemm: no unexpected failures\n"
+
+
+def test_a_tuned_variant_whose_candidates_all_failed_is_a_failure():
+    from kernelbook import tune
+
+    def cand(point, size, status, reason=None, median=None):
+        return {
+            "variant": f"09_x__BM{point}",
+            "variant_kind": "candidate",
+            "tuned_from": "09_x",
+            "tune_point": f'{{"BM": {point}}}',
+            "size": size,
+            "status": status,
+            "reason": reason,
+            "failure": None if status != "failed" else reason.split(":")[0],
+            "median_ms": median,
+            "correct": status == "ok" or None,
+        }
+
+    rows = pd.DataFrame(
+        [
+            cand(64, "256", "ok", median=0.5),
+            cand(128, "256", "failed", "launch: too much shared memory"),
+            cand(64, "512", "failed", "wrong: exceeds the tolerance"),
+            cand(128, "512", "failed", "hang: still running after 60 s"),
+            cand(64, "96", "skipped", "requires M % BM == 0"),
+            cand(128, "96", "skipped", "requires M % BM == 0"),
+        ]
+    )
+    tuned = tune.select(rows, "09_x")
+    tuned = tuned[tuned["variant_kind"] == "tuned"].set_index("size")
+    assert tuned.loc["256", "status"] == "ok"
+    assert (tuned.loc["512", "status"], tuned.loc["512", "failure"]) == ("failed", "no_winner")
+    assert (tuned.loc["96", "status"], tuned.loc["96", "failure"]) == ("skipped", None)
+    found = gate.failures("s", {"09_x": None}, measurements=tuned.reset_index())
+    assert [(f.variant, f.size, f.kind) for f in found] == [("09_x", "512", "no_winner")]
+    assert "wrong: exceeds the tolerance" in found[0].message
