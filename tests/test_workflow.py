@@ -22,7 +22,7 @@ from kernelbook import tables
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 
-GATHERS = {"build_table", "sass_table", "all"}
+GATHERS = {"build_table", "sass_table", "build_gate", "all"}
 
 
 def job_ids(root: Path, study: str = "sgemm") -> list[str]:
