@@ -1,0 +1,164 @@
+"""How trustworthy a study's numbers are, for its page: the baseline's spread across jobs,
+how the stopping rule ended each measurement, the raw samples at the headline size, and
+what the pipeline itself cost (kernelbook.stages)."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from kernelbook import figures, stages
+
+# The stable-denominator bound: a baseline's median at one size may spread by at most this
+# (max over min) across the jobs of one run; the page flags sizes above it.
+SPREAD_BOUND_PCT = 2.0
+
+
+def baseline_spread(meas: pd.DataFrame) -> pd.DataFrame:
+    """Per size: how many jobs timed the baseline, and its median's min, median, max and
+    spread (max / min - 1) across them."""
+    ok = meas[(meas["status"] == "ok") & meas["baseline_median_ms"].notna()]
+    if ok.empty:
+        return pd.DataFrame(columns=["size", "jobs", "min_ms", "median_ms", "max_ms", "spread_pct"])
+    g = ok.groupby("size", sort=False)["baseline_median_ms"]
+    out = pd.DataFrame(
+        {
+            "jobs": g.size(),
+            "min_ms": g.min(),
+            "median_ms": g.median(),
+            "max_ms": g.max(),
+        }
+    )
+    out["spread_pct"] = 100.0 * (out["max_ms"] / out["min_ms"] - 1.0)
+    order = ok.drop_duplicates("size").sort_values(["flop", "bytes_min"])["size"]
+    return out.loc[list(order)].reset_index(names="size")
+
+
+def stop_reasons(meas: pd.DataFrame) -> str:
+    """'354 of 354 converged (converged 354)', or a dash for tables measured before the
+    stopping rule recorded why it stopped."""
+    ok = meas[meas["status"] == "ok"]
+    if ok.empty:
+        return "-"
+    conv = int(ok["converged"].fillna(False).astype(bool).sum())
+    text = f"{conv} of {len(ok)} converged"
+    if "stop_reason" in ok and ok["stop_reason"].notna().any():
+        counts = ok["stop_reason"].fillna("not recorded").value_counts()
+        text += " (" + ", ".join(f"{k} {v}" for k, v in counts.items()) + ")"
+    return text
+
+
+def timer_description(meas: pd.DataFrame) -> str:
+    if "blocking_kernel" in meas and meas["blocking_kernel"].fillna(False).astype(bool).any():
+        return "CUDA events, each sample queued behind a blocking kernel (no host time in it)"
+    return "CUDA events, launched by the host after the flush (before the blocking-kernel timer)"
+
+
+def sample_rows(meas: pd.DataFrame, samples: pd.DataFrame, size: str) -> pd.DataFrame:
+    """The samples behind each non-candidate row at ``size``, labelled with the row's
+    variant: a tuned row's samples are those of the candidate that won (tuned_from)."""
+    rows = meas[(meas["size"] == size) & (meas["status"] == "ok")]
+    rows = rows[rows["variant_kind"] != "candidate"]
+    out = []
+    for r in rows.itertuples():
+        job = (
+            r.tuned_from
+            if r.variant_kind == "tuned" and isinstance(r.tuned_from, str)
+            else r.variant
+        )
+        s = samples[(samples["variant"] == job) & (samples["size"] == size)]
+        if len(s):
+            out.append(s.assign(row=r.variant))
+    return pd.concat(out, ignore_index=True) if out else samples.iloc[0:0].assign(row=[])
+
+
+def distribution(
+    meas: pd.DataFrame, samples: pd.DataFrame | None, order: list[str], outdir, *, size_label: str
+) -> figures.Figure:
+    """Every sample at the headline size, relative to its own median, variant and baseline."""
+    if samples is None or samples.empty:
+        raise figures.NoData("no samples table (samples.parquet) for this study")
+    s = sample_rows(meas, samples, size_label)
+    if s.empty:
+        raise figures.NoData(f"no samples at {size_label}")
+    vs = [v for v in order if v in set(s["row"])]
+    med = s.groupby(["row", "function"])["ms"].transform("median")
+    s = s.assign(
+        rel=100.0 * (s["ms"] / med - 1.0), pos=s["row"].map({v: i for i, v in enumerate(vs)})
+    )
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.7 * len(vs) + 2.5), 4.4))
+    shift = {"variant": -0.2, "baseline": 0.0, "copy": 0.2}
+    colors = {"variant": "tab:blue", "baseline": "tab:gray", "copy": "tab:green"}
+    rng = np.random.default_rng(0)  # jitter only: the figure is the same every render
+    for fn, part in s.groupby("function"):
+        x = part["pos"] + shift.get(fn, 0.0) + rng.uniform(-0.07, 0.07, len(part))
+        ax.scatter(x, part["rel"], s=4, alpha=0.35, color=colors.get(fn, "black"), label=fn)
+    ax.axhline(0, color="black", linewidth=0.6)
+    lo, hi = np.percentile(s["rel"], [0.5, 99.5])
+    ax.set_ylim(min(lo, -1.0) * 1.2, max(hi, 1.0) * 1.2)
+    ax.set_xticks(range(len(vs)), vs, rotation=30, ha="right")
+    ax.set_ylabel("sample vs its median (%)")
+    ax.set_title(f"Every timed sample at {size_label}")
+    ax.legend(loc="upper right", markerscale=3, fontsize=7)
+    caption = (
+        "Each dot is one timed launch (cold L2), relative to the median of its own "
+        "measurement; the baseline (and the copy, for bandwidth-bound studies) was sampled "
+        "alternately with the variant in the same job. The 0.5 to 99.5 percentiles are shown."
+    )
+    return figures.save(
+        fig, outdir, "distribution", "Sample distribution at the headline size", caption
+    )
+
+
+def spread_section(meas: pd.DataFrame, baseline: str, fmt) -> list[str]:
+    t = baseline_spread(meas)
+    if t.empty:
+        return []
+    over = t[t["spread_pct"] > SPREAD_BOUND_PCT]
+    L = [
+        "## The baseline across jobs",
+        "",
+        f"Every job times {baseline} beside its variant. How much its median moves between the "
+        f"jobs of this run (spread: max over min, minus one; the bound is {SPREAD_BOUND_PCT:g} %):",
+        "",
+        "| size | jobs | min ms | median ms | max ms | spread % |",
+        "|---|--:|--:|--:|--:|--:|",
+    ]
+    L += [
+        f"| {r.size} | {r.jobs} | {fmt(r.min_ms)} | {fmt(r.median_ms)} | {fmt(r.max_ms)} | "
+        f"{'**' if r.spread_pct > SPREAD_BOUND_PCT else ''}{fmt(r.spread_pct, 3)}"
+        f"{'**' if r.spread_pct > SPREAD_BOUND_PCT else ''} |"
+        for r in t.itertuples()
+    ]
+    L.append("")
+    if len(over):
+        L.append(
+            f"Over the bound at {', '.join(over['size'])}: the shortest baselines, where a "
+            "spread of a few hundred nanoseconds is a few percent."
+        )
+        L.append("")
+    return L
+
+
+def stages_section(table: pd.DataFrame | None, fmt) -> list[str]:
+    if table is None or table.empty:
+        return []
+    rows = stages.summary(table)
+    L = [
+        "## What the pipeline cost",
+        "",
+        "Wall-clock seconds of the jobs this study's tables come from (Snakemake's "
+        "`benchmark:` files; jobs of one stage may have run side by side, and a GPU job's "
+        "time includes its wait for the GPU's lock):",
+        "",
+        "| stage | jobs | job seconds | longest job | its seconds |",
+        "|---|--:|--:|---|--:|",
+    ]
+    L += [
+        f"| {r['stage']} | {r['jobs']} | {fmt(r['seconds'], 3)} | {r['longest_job']} | "
+        f"{fmt(r['longest_seconds'], 3)} |"
+        for r in rows
+    ]
+    L.append("")
+    return L
