@@ -162,3 +162,85 @@ def stages_section(table: pd.DataFrame | None, fmt) -> list[str]:
     ]
     L.append("")
     return L
+
+
+# ------------------------------------------------------------------------------------------
+# Before and after a change of method: the same study published at two commits
+
+
+def compared_sizes(meas: pd.DataFrame, headline: str | None) -> list[str]:
+    """The study's two smallest sizes (by bytes, then FLOPs) and its headline size."""
+    ok = meas[meas["status"] == "ok"].drop_duplicates("size")
+    order = list(ok.sort_values(["bytes_min", "flop"])["size"])
+    picked = order[:2] + ([headline] if headline and headline not in order[:2] else [])
+    return picked
+
+
+def before_after(before: pd.DataFrame, after: pd.DataFrame, headline: str | None) -> str:
+    """Markdown: each variant's % of baseline (of copy, for bandwidth-bound studies) before
+    and after, at the two smallest sizes and the headline size."""
+
+    def pivot(m):
+        m = m[(m["status"] == "ok") & (m["variant_kind"] != "candidate")]
+        col = "pct_of_copy" if m["pct_of_copy"].notna().any() else "pct_of_baseline"
+        return m.pivot_table(index="variant", columns="size", values=col), col
+
+    a, col = pivot(before)
+    b, _ = pivot(after)
+    sizes = compared_sizes(after, headline)
+    what = "% of copy" if col == "pct_of_copy" else "% of baseline"
+
+    def cell(t, v, s):
+        x = t.loc[v, s] if v in t.index and s in t.columns else float("nan")
+        return "-" if pd.isna(x) else f"{x:.1f}"
+
+    lines = [
+        "| variant | " + " | ".join(f"{s}: before -> after" for s in sizes) + " |",
+        "|---|" + "--:|" * len(sizes),
+    ]
+    for v in sorted(set(a.index) | set(b.index)):
+        lines.append(
+            f"| {v} | " + " | ".join(f"{cell(a, v, s)} -> {cell(b, v, s)}" for s in sizes) + " |"
+        )
+    return f"{what} ({col})\n\n" + "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    """python -m kernelbook.quality before-after REV worklogs/<gpu>/<study> ...: write each
+    folder's before-after.md, comparing the measurements published at git revision REV with
+    those published now."""
+    import argparse
+    import io
+    import json
+    import subprocess
+    from pathlib import Path
+
+    p = argparse.ArgumentParser(prog="python -m kernelbook.quality")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("before-after", help="compare published measurements with a revision")
+    s.add_argument("rev")
+    s.add_argument("folders", nargs="+")
+    args = p.parse_args(argv)
+    for folder in map(Path, args.folders):
+        data = folder / "data" / "measurements.parquet"
+        old = subprocess.run(
+            ["git", "show", f"{args.rev}:{data.as_posix()}"], capture_output=True, check=True
+        ).stdout
+        before, after = pd.read_parquet(io.BytesIO(old)), pd.read_parquet(data)
+        meta = json.loads((folder / "data" / "study.json").read_text())
+        commit = ", ".join(sorted(set(after["git_commit"].astype(str))))
+        was = ", ".join(sorted(set(before["git_commit"].astype(str))))
+        text = (
+            f"# {folder.name} on {folder.parent.name}: before and after\n\n"
+            f"Before: the measurements published at {args.rev} (measured at {was}). After: "
+            f"those in data/ (measured at {commit}).\n\n"
+            + before_after(before, after, meta.get("headline"))
+            + f"\nRegenerate: `python -m kernelbook.quality before-after {args.rev} {folder}`\n"
+        )
+        (folder / "before-after.md").write_text(text)
+        print(f"{folder}/before-after.md")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
