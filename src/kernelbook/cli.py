@@ -764,7 +764,7 @@ def parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("stages", help="a study's Snakemake benchmark files as one table")
     s.add_argument("study")
-    s.add_argument("--out", required=True)
+    s.add_argument("out")
     s.add_argument("inputs", nargs="*")
     s.set_defaults(fn=cmd_stages)
 

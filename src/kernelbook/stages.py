@@ -45,7 +45,11 @@ def _float(v: str) -> float | None:
 def read_benchmark(path: str | Path, study: str) -> dict:
     """One row of the stages table from one benchmark file (path layout above)."""
     p = Path(path)
-    rule, job = p.parent.parent.parent.name, p.stem
+    parts = p.parts
+    # results/benchmarks/<rule>/...: the rule is the folder right under "benchmarks"
+    at = len(parts) - 1 - parts[::-1].index("benchmarks") if "benchmarks" in parts else -1
+    rule = parts[at + 1] if at >= 0 else p.parent.parent.parent.name
+    job = p.stem
     with open(p, newline="") as f:
         rows = list(csv.DictReader(f, delimiter="\t"))
     if not rows:

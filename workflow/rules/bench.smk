@@ -147,7 +147,7 @@ rule stages:
     params:
         py=PY,
     shell:
-        "{params.py} -m kernelbook stages {wildcards.study} --out {output} {input} > {log} 2>&1"
+        "{params.py} -m kernelbook stages {wildcards.study} {output} {input} > {log} 2>&1"
 
 
 rule bench_gate:
