@@ -25,7 +25,7 @@ rule all:
     default_target: True
     input:
         all_targets(),
-        worklog_targets(GPU_SLUG if GPU else None),
+        worklog_targets(TARGET_GPU),
 
 
 rule tables:

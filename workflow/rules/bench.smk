@@ -16,13 +16,15 @@ rule bench:
         "../envs/kernelbook.yaml"
     resources:
         gpu=1,
+        gpu_model=GPU_MODEL,
     params:
         spec=variant_spec,
         settings=settings_arg,
         tolerate=tolerate_flag,
         py=PY,
     shell:
-        "{params.py} -m kernelbook --settings {params.settings} bench {wildcards.study} "
+        "KERNELBOOK_GPU_MODEL={wildcards.gpu} {params.py} -m kernelbook "
+        "--settings {params.settings} bench {wildcards.study} "
         "{wildcards.variant} --cubin {input.cubin} --build-table {input.build} --out {output} "
         "{params.tolerate} > {log} 2>&1"
 
@@ -57,6 +59,7 @@ rule bench_tuned_sweep:
         "../envs/kernelbook.yaml"
     resources:
         gpu=1,
+        gpu_model=GPU_MODEL,
     params:
         spec=variant_spec,
         settings=settings_arg,
@@ -64,7 +67,8 @@ rule bench_tuned_sweep:
         build_dir=lambda w: f"{R}/build/{w.study}",
         py=PY,
     shell:
-        "{params.py} -m kernelbook --settings {params.settings} bench {wildcards.study} "
+        "KERNELBOOK_GPU_MODEL={wildcards.gpu} {params.py} -m kernelbook "
+        "--settings {params.settings} bench {wildcards.study} "
         "{wildcards.variant} {params.tuned} --build-dir {params.build_dir} --out {output} "
         "> {log} 2>&1"
 
@@ -94,8 +98,10 @@ rule device:
         "../envs/kernelbook.yaml"
     resources:
         gpu=1,
+        gpu_model=GPU_MODEL,
     params:
         settings=lambda w: shlex.quote(json.dumps({**SETTINGS, "studies": []})),
         py=PY,
     shell:
-        "{params.py} -m kernelbook --settings {params.settings} device --out {output} > {log} 2>&1"
+        "KERNELBOOK_GPU_MODEL={wildcards.gpu} {params.py} -m kernelbook "
+        "--settings {params.settings} device --out {output} > {log} 2>&1"
