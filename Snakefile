@@ -21,6 +21,11 @@ include: "workflow/rules/profile.smk"
 include: "workflow/rules/analysis.smk"
 
 
+onerror:
+    # a job the batch scheduler refused (e.g. a GPU no node offers): one line on why
+    kb_cluster.explain(log)
+
+
 rule all:
     default_target: True
     input:

@@ -23,8 +23,9 @@ import time
 from pathlib import Path
 
 PACKAGES = ("slurm-wlm", "munge")
-DAEMONS = ("munged", "slurmctld", "slurmd")
+DAEMONS = ("munged", "slurmctld", "slurmd", "unshare")
 CLIENTS = ("sbatch", "squeue", "sinfo", "scontrol")
+NODE_MEMORY_MB = 65536
 
 
 class SlurmError(RuntimeError):
@@ -68,19 +69,22 @@ def node_line(name: str) -> str:
     fields = dict(kv.split("=", 1) for kv in first.split())
     fields["NodeName"] = name
     fields["NodeAddr"] = "127.0.0.1"
-    # leave the OS some memory, so a job's --mem never exceeds what the node offers
-    fields["RealMemory"] = str(max(1, int(fields.get("RealMemory", "1024")) - 512))
+    # Memory is not enforced here (no cgroups); offer at least NODE_MEMORY_MB so that the
+    # profile's requests (16 GB for a GPU job) fit on a small test machine too
+    # (SlurmdParameters=config_overrides keeps such a node from being drained).
+    fields["RealMemory"] = str(max(int(fields.get("RealMemory", "0")), NODE_MEMORY_MB))
     return " ".join(f"{k}={v}" for k, v in fields.items())
 
 
 class LocalSlurm:
     """munged + slurmctld + slurmd under ``root``; ``start()``, then ``stop()``."""
 
-    def __init__(self, root: Path, min_job_age: int = 3600):
+    def __init__(self, root: Path, partition: str = "debug", min_job_age: int = 3600):
         self.root = Path(root)
+        self.partition = partition
         self.name = socket.gethostname().split(".")[0]
         self.min_job_age = min_job_age
-        self.conf = self.root / "slurm.conf"
+        self.conf = self.root / "etc" / "slurm.conf"
         self.jobcomp = self.root / "jobcomp.txt"
         self.munge_socket = self.root / "munge" / "munge.socket"
         self.procs: dict[str, subprocess.Popen] = {}
@@ -93,7 +97,7 @@ class LocalSlurm:
     # -- configuration
     def write_config(self) -> None:
         r = self.root
-        for d in ("munge", "state", "spool", "log"):
+        for d in ("etc", "munge", "state", "spool", "log"):
             (r / d).mkdir(parents=True, exist_ok=True)
         (r / "munge").chmod(0o700)
         key = r / "munge" / "munge.key"
@@ -118,12 +122,15 @@ SlurmctldPidFile={r}/slurmctld.pid
 SlurmdPidFile={r}/slurmd.pid
 SlurmctldLogFile={r}/log/slurmctld.log
 SlurmdLogFile={r}/log/slurmd.log
+SlurmdParameters=config_overrides
+MailProg=/bin/true
 SlurmctldDebug=info
 SlurmdDebug=info
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
+DefMemPerCPU=1000
 GresTypes=gpu
 MpiDefault=none
 SwitchType=switch/none
@@ -138,7 +145,7 @@ SlurmdTimeout=60
 InactiveLimit=0
 KillWait=5
 {node} State=UNKNOWN
-PartitionName=debug Nodes={self.name} Default=YES MaxTime=INFINITE State=UP
+PartitionName={self.partition} Nodes={self.name} Default=YES MaxTime=INFINITE State=UP
 """
         )
 
@@ -184,7 +191,24 @@ PartitionName=debug Nodes={self.name} Default=YES MaxTime=INFINITE State=UP
         self._wait("munged", self.munge_socket.exists, timeout)
         self._spawn("slurmctld", ["slurmctld", "-D", "-c", "-i", "-f", str(self.conf)])
         self._wait("slurmctld", lambda: self.run("scontrol", "ping").returncode == 0, timeout)
-        self._spawn("slurmd", ["slurmd", "-D", "-f", str(self.conf), "-N", self.name])
+        # Jobs find the cluster through /etc/slurm/slurm.conf, as on any node: the executor's
+        # job step drops SLURM_* variables (SLURM_CONF too) before it calls srun. slurmd and
+        # its jobs get a mount namespace of their own in which this folder is /etc/slurm;
+        # the machine's /etc/slurm stays as it is.
+        etc = self.conf.parent
+        self._spawn(
+            "slurmd",
+            [
+                "unshare",
+                "--mount",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                f"mkdir -p /etc/slurm && mount --bind {etc} /etc/slurm && "
+                f"exec slurmd -D -f /etc/slurm/slurm.conf -N {self.name}",
+            ],
+        )
         self._wait("the node", lambda: self.node_state() == "idle", timeout)
         return self
 
