@@ -23,11 +23,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import copy_env, copy_repo, run_in, snakemake
+from conftest import copy_env, copy_repo, planned_jobs, run_in, snakemake
 from slurm_local import LocalSlurm, SlurmError, install, missing_tools
 from test_worklog import GPU, STUDY, make_repo, publish_fixture
 
 from kernelbook import gpu as kb_gpu
+from kernelbook import publish as kb_publish
 from kernelbook import tables
 
 
@@ -303,6 +304,34 @@ def test_profile_requests_a_gpu_for_gpu_rules_only(slurm, repo_copy):
             assert res["slurm_partition"] == "cpus", (r, res)
     # results go where the model says, also from this host without a GPU
     assert "results/h100/transpose/measurements.parquet" in output(proc)
+
+
+# ------------------------------------------------------------------------------------------
+# Two GPU models, one after the other, into one book
+
+
+def test_two_models_into_one_book(tmp_path):
+    root = small_study(tmp_path / "repo")
+    h200 = root / "worklogs" / GPU / STUDY
+    # as if `--config gpu_model=h100 all publish` had run on the cluster's H100s
+    shutil.copytree(h200, root / "worklogs" / "h100" / STUDY)
+    index = kb_publish.index(root / "worklogs")
+    header = next(ln for ln in index.splitlines() if ln.startswith("| study"))
+    assert [c.strip() for c in header.strip("|").split("|")] == ["study", "h100", GPU]
+    # with gpu_model=a100 the next run measures a100 and renders only its own pages ...
+    proc = snakemake(root, "-n", "-p", "--config", "gpu_model=a100", "--", "all", "publish")
+    assert proc.returncode == 0, output(proc)[-3000:]
+    jobs = planned_jobs(output(proc))
+    pages = sorted(w["gpu"] for r, w in jobs if r == "worklog")
+    assert pages == ["a100"], pages
+    assert {w["gpu"] for r, w in jobs if r in GPU_RULES} == {"a100"}
+    # ... and publish adds a100/sgemm beside the others
+    assert f"publish --results results a100/{STUDY} " in output(proc)
+    # without a GPU or a gpu_model, `all` renders every published model's page
+    proc = snakemake(root, "-n", "--config", "gpu=none", "--", "all")
+    assert proc.returncode == 0, output(proc)[-3000:]
+    pages = sorted(w["gpu"] for r, w in planned_jobs(output(proc)) if r == "worklog")
+    assert pages == sorted(["h100", GPU]), pages
 
 
 # ------------------------------------------------------------------------------------------
