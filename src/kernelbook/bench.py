@@ -19,7 +19,7 @@ from kernelbook import gpu, problems, tables
 from kernelbook.build import sha256_file
 from kernelbook.config import Project, Study, Variant
 from kernelbook.problems.base import CheckError
-from kernelbook.timing import Hang, Timer
+from kernelbook.timing import DeviceFault, Hang, Timer
 
 
 class KernelFailure(RuntimeError):
@@ -82,6 +82,7 @@ class Bench:
             "cache": study.timing["cache"],
             "timing_method": study.timing["method"],
             "flush_bytes": self.timer.flush_bytes,
+            "blocking_kernel": self.timer.blocking,
             "software": f"python {platform.python_version()}, cupy {cp.__version__}, "
             f"torch {torch.__version__}",
             **gpu.host_provenance(project.root),
@@ -89,6 +90,7 @@ class Bench:
         self.sampler = gpu.Sampler(slot_uuid)
 
     def close(self):
+        self.timer.close()  # never raises: a crash is reported by whoever caught it
         self.sampler.close()
 
     # ------------------------------------------------------------------------------
@@ -140,6 +142,8 @@ class Bench:
             self.timer.run_once(run, where)
         except Hang:
             raise
+        except DeviceFault as e:
+            raise Crash(str(e)) from None
         except Exception as e:
             if _cuda_error(e):
                 raise Crash(f"{where}: the kernel failed to launch or crashed: {e}") from None
@@ -160,8 +164,10 @@ def bench_variant(
     sizes: list[dict] | None = None,
     tolerate_failure: bool = False,
     log: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True),
+    samples: list[dict] | None = None,
 ) -> list[dict]:
-    """Rows of the measurements table for one variant (one job)."""
+    """Rows of the measurements table for one variant (one job); every timed sample is
+    appended to ``samples`` (rows of the samples table) when it is given."""
     problem = problems.get(study.problem)
     if sizes is None:
         sizes = list(variant.tune_sizes) if variant.tune_sizes else list(study.sizes)
@@ -221,7 +227,9 @@ def bench_variant(
                 del case
                 b.free()
             for s in runnable:
-                rows.append(_time_size(b, kernel, variant, s, checked[problem.label(s)], blank))
+                rows.append(
+                    _time_size(b, kernel, variant, s, checked[problem.label(s)], blank, samples)
+                )
                 b.free()
     except (KernelFailure, CheckError, Hang) as e:
         if not tolerate_failure:
@@ -254,7 +262,27 @@ def _copy_launcher(b: Bench, nbytes: float):
     return run
 
 
-def _time_size(b: Bench, kernel, variant, s, checked, blank) -> dict:
+def _sample_rows(b: Bench, variant, label: str, stats) -> list[dict]:
+    rows = []
+    for fn, st in stats.items():
+        clocks = b.sampler.sm_clock_at(st.times)
+        rows += [
+            {
+                "study": b.study.name,
+                "variant": variant.id,
+                "size": label,
+                "function": fn,
+                "sample": i,
+                "ms": ms,
+                "sm_clock_mhz": clk,
+                "gpu_uuid": b.provenance["gpu_uuid"],
+            }
+            for i, (ms, clk) in enumerate(zip(st.samples, clocks, strict=True))
+        ]
+    return rows
+
+
+def _time_size(b: Bench, kernel, variant, s, checked, blank, samples=None) -> dict:
     study, problem = b.study, b.problem
     result, _ = checked
     where = b.where(variant, s)
@@ -267,9 +295,15 @@ def _time_size(b: Bench, kernel, variant, s, checked, blank) -> dict:
     fns = {"variant": run, "baseline": base.run}
     if problem.figure_of_merit == "gbps":
         fns["copy"] = _copy_launcher(b, nbytes)
-    with b.sampler:
-        stats = b.timer.measure(fns, where)
+    dropped = b.timer.dropped
+    try:
+        with b.sampler:
+            stats = b.timer.measure(fns, where)
+    except DeviceFault as e:
+        raise Crash(str(e)) from None
     env = b.sampler.summary()
+    if samples is not None:
+        samples += _sample_rows(b, variant, problem.label(s), stats)
     v, bl = stats["variant"], stats["baseline"]
     row = blank(s, "ok", None)
     row.update(
@@ -282,7 +316,9 @@ def _time_size(b: Bench, kernel, variant, s, checked, blank) -> dict:
         rel_std=v.rel_std,
         rse_median=v.rse_median,
         n_samples=v.n,
-        converged=v.converged and bl.converged,
+        converged=v.converged,
+        stop_reason=v.stop_reason,
+        dropped_samples=b.timer.dropped - dropped,
         tflops=flop / (v.median * 1e-3) / 1e12,
         gbps=nbytes / (v.median * 1e-3) / 1e9,
         baseline_mode=base.mode,
@@ -290,6 +326,9 @@ def _time_size(b: Bench, kernel, variant, s, checked, blank) -> dict:
         baseline_q1_ms=bl.q1,
         baseline_q3_ms=bl.q3,
         baseline_n_samples=bl.n,
+        baseline_min_ms=bl.min,
+        baseline_max_ms=bl.max,
+        baseline_rse_median=bl.rse_median,
         baseline_tflops=flop / (bl.median * 1e-3) / 1e12,
         baseline_gbps=nbytes / (bl.median * 1e-3) / 1e9,
         baseline_rel_err=base.rel_err,
@@ -311,7 +350,7 @@ def _time_size(b: Bench, kernel, variant, s, checked, blank) -> dict:
         )
     flag = " THROTTLED " + env["throttle_reasons"] if env["throttled"] else ""
     b.log(
-        f"{where}: {v.median:.4f} ms ({row['tflops']:.2f} TFLOP/s, n={v.n}), "
+        f"{where}: {v.median:.4f} ms ({row['tflops']:.2f} TFLOP/s, n={v.n}, {v.stop_reason}), "
         f"{study.baseline} {bl.median:.4f} ms -> {row['pct_of_baseline']:.1f} %{flag}"
     )
     return row

@@ -163,6 +163,7 @@ def cmd_bench(args) -> int:
                 variant, s["arch"], list(s["nvcc_flags"]), project.root, cubin
             )
             info = bench.BuildInfo(cubin, res.nvcc_version, flags)
+        samples: list[dict] = []
         rows = bench.bench_variant(
             project,
             study,
@@ -171,7 +172,10 @@ def cmd_bench(args) -> int:
             slot.uuid,
             sizes=sizes,
             tolerate_failure=args.tolerate_failure,
+            samples=samples,
         )
+    if args.samples_out:
+        tables.write(samples, args.samples_out, "samples")
     if args.out:
         tables.write(rows, args.out, "measurements", problem.size_names)
     _print_rows(rows, problem)
@@ -202,9 +206,12 @@ def _bench_tuned_sweep(args, project, study, variant, sizes) -> int:
     info = bench.BuildInfo(cubin, build_row["nvcc_version"], _nvcc_flags(project, run))
     sizes = sizes if sizes is not None else tune.sweep_sizes(study, variant)
     slot = gpu.acquire_slot()
-    rows = bench.bench_variant(project, study, run, info, slot.uuid, sizes=sizes)
+    samples: list[dict] = []
+    rows = bench.bench_variant(project, study, run, info, slot.uuid, sizes=sizes, samples=samples)
     for r in rows:
         r.update(variant=variant.id, variant_kind="tuned", tuned_from=run.id)
+    if args.samples_out:  # labelled with the candidate that ran, as its own jobs' samples
+        tables.write(samples, args.samples_out, "samples")
     if args.out:
         tables.write(rows, args.out, "measurements", problem.size_names)
     _print_rows(rows, problem)
@@ -312,7 +319,7 @@ def cmd_profile(args) -> int:
     from kernelbook import gpu, profile, tables
 
     project, study, variant = _study_variant(args)
-    slot = gpu.acquire_slot()
+    slot = gpu.acquire_slot(preload=())
     rows = []
     for run, cubin, sizes in _targets(args, project, study, variant, list(study.profile_sizes)):
         part = profile.profile_variant(
@@ -327,7 +334,7 @@ def cmd_sanitize(args) -> int:
     from kernelbook import gpu, sanitize, tables
 
     project, study, variant = _study_variant(args)
-    slot = gpu.acquire_slot()
+    slot = gpu.acquire_slot(preload=())
     if variant.is_tuned:
         headline = study.headline or study.profile_sizes[0]
         targets = _targets(args, project, study, variant, [headline])
@@ -406,6 +413,13 @@ def cmd_gather(args) -> int:
     return 0
 
 
+def cmd_stages(args) -> int:
+    from kernelbook import stages, tables
+
+    tables.write(stages.table(args.inputs, args.study), args.out, "stages")
+    return 0
+
+
 def cmd_select(args) -> int:
     import pandas as pd
 
@@ -455,6 +469,7 @@ def parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--build-dir", help="for an autotuned variant: where its candidates' builds are")
     s.add_argument("--out", help="measurements table (Parquet)")
+    s.add_argument("--samples-out", help="every timed sample (samples table, Parquet)")
     s.add_argument(
         "--tolerate-failure",
         action="store_true",
@@ -517,6 +532,12 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("inputs", nargs="*")
     s.set_defaults(fn=cmd_gather)
 
+    s = sub.add_parser("stages", help="a study's Snakemake benchmark files as one table")
+    s.add_argument("study")
+    s.add_argument("out")
+    s.add_argument("inputs", nargs="*")
+    s.set_defaults(fn=cmd_stages)
+
     s = sub.add_parser("select", help="autotuning: pick the best candidate per size")
     s.add_argument("study")
     s.add_argument("variant")
@@ -534,12 +555,12 @@ def main(argv=None) -> int:
     from kernelbook.profile import ProfileError
     from kernelbook.sanitize import SanitizeError
     from kernelbook.tables import TableError
-    from kernelbook.timing import Hang
+    from kernelbook.timing import DeviceFault, Hang, TimingError
 
     args = parser().parse_args(argv)
     try:
         return args.fn(args)
-    except (Hang, Crash) as e:
+    except (Hang, Crash, DeviceFault) as e:
         # The device is unusable (a kernel still running, or a dead context): say why and
         # leave without the clean-up that would wait on it.
         _eprint(f"kernelbook: error: {e}")
@@ -555,6 +576,7 @@ def main(argv=None) -> int:
         ProfileError,
         SanitizeError,
         SanitizerFindings,
+        TimingError,
     ) as e:
         _eprint(f"kernelbook: error: {e}")
         return 1

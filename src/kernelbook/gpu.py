@@ -216,17 +216,28 @@ def model_matches(model: str, gpu_slug: str) -> bool:
     return bool(want) and all(w in have for w in want)
 
 
-def acquire_slot(wait_s: float = 3600.0) -> Slot:
+def acquire_slot(wait_s: float = 3600.0, preload: tuple[str, ...] = ("cupy", "torch")) -> Slot:
     """Take a GPU no other kernelbook job holds, and make it this process's only device.
 
     Snakemake never sets CUDA_VISIBLE_DEVICES; with --resources gpu=N it only limits how many
     GPU jobs run at once. Each job takes an exclusive lock on one GPU's UUID, so concurrent
     jobs land on distinct GPUs. Must run before CUDA is initialised in this process.
 
+    The ``preload`` modules are imported before the lock is taken (importing them does not
+    initialise CUDA): with more GPU jobs running than GPUs (``--resources gpu=2N`` on N
+    GPUs), a job's start-up then overlaps another job's measurement instead of holding the
+    GPU idle.
+
     With $KERNELBOOK_GPU_MODEL set (the rules set it to the <gpu> of the results path a job
     writes), a job handed a GPU of another model fails instead of measuring it: on a cluster
     the scheduler, not this machine, picks the GPU.
     """
+    import contextlib
+    import importlib
+
+    for name in preload:
+        with contextlib.suppress(ImportError):  # the job itself says what is missing
+            importlib.import_module(name)
     info, why = detect()
     if info is None:
         raise NoGpu(f"no GPU to run on: {why}")
@@ -256,7 +267,7 @@ def acquire_slot(wait_s: float = 3600.0) -> Slot:
             return Slot(uuid, i, f)
         if time.monotonic() > deadline:
             raise NoGpu(f"every visible GPU stayed locked for {wait_s:.0f} s ({locks})")
-        time.sleep(0.2)
+        time.sleep(0.02)
 
 
 class Sampler:
@@ -271,6 +282,7 @@ class Sampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.samples: list[tuple[float, float, float, float, int]] = []
+        self.stamps: list[float] = []  # time.monotonic() of each reading
 
     def _read(self):
         nv, h = self.nv, self.handle
@@ -283,13 +295,23 @@ class Sampler:
         )
         return (float(sm), float(mem), float(temp), float(power), int(get_reasons(h)))
 
+    def _stamped(self):
+        reading = self._read()
+        return reading, time.monotonic()
+
+    def _add(self):
+        reading, stamp = self._stamped()
+        self.samples.append(reading)
+        self.stamps.append(stamp)
+
     def _run(self):
         while not self._stop.is_set():
-            self.samples.append(self._read())
+            self._add()
             self._stop.wait(self.period)
 
     def __enter__(self):
-        self.samples = [self._read()]
+        self.samples, self.stamps = [], []
+        self._add()
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -299,7 +321,17 @@ class Sampler:
         self._stop.set()
         if self._thread:
             self._thread.join()
-        self.samples.append(self._read())
+        self._add()
+
+    def sm_clock_at(self, times) -> list[float | None]:
+        """The SM clock of the last reading at or before each of ``times`` (monotonic s)."""
+        import bisect
+
+        out = []
+        for t in times:
+            i = bisect.bisect_right(self.stamps, t) - 1
+            out.append(self.samples[max(i, 0)][0] if self.samples else None)
+        return out
 
     def summary(self) -> dict:
         import statistics
@@ -366,11 +398,22 @@ def _cuda_version_text(v: int) -> str:
 
 def git_commit(root: Path) -> str:
     """The commit measured: KERNELBOOK_GIT_COMMIT if set (a tree copied to a GPU host may
-    carry a .git whose HEAD is not the code that was sent), else git's HEAD (+ -dirty)."""
+    carry a .git whose HEAD is not the code that was sent), else the HEAD (+ -dirty) of the
+    repository whose top level is ``root``, else 'unknown'."""
     env = os.environ.get("KERNELBOOK_GIT_COMMIT")
     if env:
         return env
     try:
+        # The project's own repository only: a tree without .git placed inside another
+        # repository must not record the outer repository's commit.
+        top = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--show-toplevel"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        if top.returncode != 0 or Path(top.stdout.strip()).resolve() != Path(root).resolve():
+            return "unknown"
         out = subprocess.run(
             ["git", "-C", str(root), "rev-parse", "HEAD"],
             capture_output=True,

@@ -90,17 +90,25 @@ def sanitize_variant(
     facts = gpu.device_facts(slot_uuid)
     env = {**os.environ, "KERNELBOOK_SLOT_HELD": "1", "CUDA_VISIBLE_DEVICES": slot_uuid}
     known = variant.known_findings
-    rows = []
-    for tool in tools:
+    limit = max(300.0, 20 * float(study.timing["launch_timeout_s"]))
+
+    def run_tool(tool):
         launch = launch_command(project, study, variant, label, cubin, "--exact")
         padding = project.settings["sanitize"]["padding_bytes"]
         cmd = sanitizer_command(sanitizer_exe(), tool, launch, padding)
-        limit = max(300.0, 20 * float(study.timing["launch_timeout_s"]))
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=limit)
-            f, code = parse(tool, proc.stdout + proc.stderr), proc.returncode
+            return parse(tool, proc.stdout + proc.stderr), proc.returncode
         except subprocess.TimeoutExpired:
-            f, code = Findings(tool, 1, 0, f"did not finish within {limit:.0f} s (hang?)"), -1
+            return Findings(tool, 1, 0, f"did not finish within {limit:.0f} s (hang?)"), -1
+
+    # The tools check correctness, not time: they run side by side, each its own process.
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=len(tools) or 1) as pool:
+        results = list(pool.map(run_tool, tools))
+    rows = []
+    for tool, (f, code) in zip(tools, results, strict=True):
         verdict = (
             "clean"
             if f.errors == 0 and f.warnings == 0

@@ -32,10 +32,20 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kernelbook import figures, problems, tune
+from kernelbook import figures, problems, quality, tune
 
-TABLES = ("measurements", "device", "build", "sass", "profile", "roofline", "sanitizer")
-OPTIONAL_TABLES = ("profile", "roofline", "sanitizer")
+TABLES = (
+    "measurements",
+    "device",
+    "build",
+    "sass",
+    "profile",
+    "roofline",
+    "sanitizer",
+    "samples",
+    "stages",
+)
+OPTIONAL_TABLES = ("profile", "roofline", "sanitizer", "samples", "stages")
 META = "study.json"
 DASH = "—"
 
@@ -471,7 +481,8 @@ def provenance(data: StudyData) -> dict[str, str]:
             if "flush_bytes" in m and m["flush_bytes"].max() > 0
             else ""
         ),
-        "timing": _unique(m, "timing_method"),
+        "timing": _unique(m, "timing_method") + ": " + quality.timer_description(m),
+        "stopping": quality.stop_reasons(m),
         "baseline": _unique(m, "baseline_mode") or _unique(m, "baseline"),
         "compiler": f"nvcc {_unique(m, 'nvcc_version')}, {_unique(m, 'arch')}, "
         f"flags {_unique(m, 'nvcc_flags')}",
@@ -853,6 +864,13 @@ def make_figures(
         ),
     )
     attempt(
+        "distribution",
+        "Sample distribution at the headline size",
+        lambda: quality.distribution(
+            data.measurements, data.table("samples"), order, outdir, size_label=size
+        ),
+    )
+    attempt(
         "autotune",
         "Autotuning search",
         lambda: figures.autotune(
@@ -954,6 +972,8 @@ def render_markdown(
     L.append(_ladder_table(data, order, head, base, unit, fom))
     L.append("")
 
+    L += quality.spread_section(data.measurements, base, fmt)
+
     L.append("## Step by step")
     L.append("")
     prev = None
@@ -972,6 +992,8 @@ def render_markdown(
                 L.append("")
             L.append(_figure_md(f, figures_prefix))
             L.append("")
+
+    L += quality.stages_section(data.table("stages"), fmt)
 
     L.append("## All measurements")
     L.append("")

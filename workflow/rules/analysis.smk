@@ -35,6 +35,8 @@ rule study_meta:
         f"{R}/build/{{study}}/study.json",
     log:
         f"{R}/logs/{{study}}/study_meta.log",
+    benchmark:
+        f"{R}/benchmarks/study_meta/build/{{study}}/all.tsv"
     conda:
         "../envs/kernelbook.yaml"
     params:
@@ -60,6 +62,8 @@ rule study_figures:
         ),
     log:
         notebook=f"{R}/logs/{{study}}/study_figures/{{gpu}}.ipynb",
+    benchmark:
+        f"{R}/benchmarks/study_figures/{{gpu}}/{{study}}/all.tsv"
     conda:
         "../envs/kernelbook.yaml"
     params:
@@ -89,6 +93,8 @@ rule worklog:
         ),
     log:
         notebook=f"{R}/logs/{{study}}/worklog/{{gpu}}.ipynb",
+    benchmark:
+        f"{R}/benchmarks/worklog/{{gpu}}/{{study}}/all.tsv"
     conda:
         "../envs/kernelbook.yaml"
     params:

@@ -8,9 +8,12 @@ rule bench:
         cubin=f"{R}/build/{{study}}/{{variant}}/kernel.cubin",
         build=f"{R}/build/{{study}}/{{variant}}/build.parquet",
     output:
-        f"{R}/{{gpu}}/{{study}}/bench/{{variant}}.parquet",
+        table=f"{R}/{{gpu}}/{{study}}/bench/{{variant}}.parquet",
+        samples=f"{R}/{{gpu}}/{{study}}/samples/bench/{{variant}}.parquet",
     log:
         f"{R}/logs/{{study}}/bench/{{gpu}}/{{variant}}.log",
+    benchmark:
+        f"{R}/benchmarks/bench/{{gpu}}/{{study}}/{{variant}}.tsv"
     priority: 10
     conda:
         "../envs/kernelbook.yaml"
@@ -25,8 +28,8 @@ rule bench:
     shell:
         "KERNELBOOK_GPU_MODEL={wildcards.gpu} {params.py} -m kernelbook "
         "--settings {params.settings} bench {wildcards.study} "
-        "{wildcards.variant} --cubin {input.cubin} --build-table {input.build} --out {output} "
-        "{params.tolerate} > {log} 2>&1"
+        "{wildcards.variant} --cubin {input.cubin} --build-table {input.build} "
+        "--out {output.table} --samples-out {output.samples} {params.tolerate} > {log} 2>&1"
 
 
 rule select_tuned:
@@ -36,6 +39,8 @@ rule select_tuned:
         f"{R}/{{gpu}}/{{study}}/tuned/{{variant}}.parquet",
     log:
         f"{R}/logs/{{study}}/select/{{gpu}}/{{variant}}.log",
+    benchmark:
+        f"{R}/benchmarks/select_tuned/{{gpu}}/{{study}}/{{variant}}.tsv"
     priority: 10
     conda:
         "../envs/kernelbook.yaml"
@@ -51,9 +56,12 @@ rule bench_tuned_sweep:
     input:
         unpack(tuned_inputs),
     output:
-        f"{R}/{{gpu}}/{{study}}/sweep/{{variant}}.parquet",
+        table=f"{R}/{{gpu}}/{{study}}/sweep/{{variant}}.parquet",
+        samples=f"{R}/{{gpu}}/{{study}}/samples/sweep/{{variant}}.parquet",
     log:
         f"{R}/logs/{{study}}/sweep/{{gpu}}/{{variant}}.log",
+    benchmark:
+        f"{R}/benchmarks/bench_tuned_sweep/{{gpu}}/{{study}}/{{variant}}.tsv"
     priority: 10
     conda:
         "../envs/kernelbook.yaml"
@@ -69,8 +77,8 @@ rule bench_tuned_sweep:
     shell:
         "KERNELBOOK_GPU_MODEL={wildcards.gpu} {params.py} -m kernelbook "
         "--settings {params.settings} bench {wildcards.study} "
-        "{wildcards.variant} {params.tuned} --build-dir {params.build_dir} --out {output} "
-        "> {log} 2>&1"
+        "{wildcards.variant} {params.tuned} --build-dir {params.build_dir} "
+        "--out {output.table} --samples-out {output.samples} > {log} 2>&1"
 
 
 rule measurements:
@@ -80,6 +88,8 @@ rule measurements:
         f"{R}/{{gpu}}/{{study}}/measurements.parquet",
     log:
         f"{R}/logs/{{study}}/measurements/{{gpu}}.log",
+    benchmark:
+        f"{R}/benchmarks/measurements/{{gpu}}/{{study}}/all.tsv"
     conda:
         "../envs/kernelbook.yaml"
     params:
@@ -93,6 +103,8 @@ rule device:
         f"{R}/{{gpu}}/device.parquet",
     log:
         f"{R}/logs/device/{{gpu}}.log",
+    benchmark:
+        f"{R}/benchmarks/device/{{gpu}}/device.tsv"
     priority: 20
     conda:
         "../envs/kernelbook.yaml"
@@ -105,3 +117,37 @@ rule device:
     shell:
         "KERNELBOOK_GPU_MODEL={wildcards.gpu} {params.py} -m kernelbook "
         "--settings {params.settings} device --out {output} > {log} 2>&1"
+
+
+rule samples_table:
+    input:
+        samples_files,
+    output:
+        f"{R}/{{gpu}}/{{study}}/samples.parquet",
+    log:
+        f"{R}/logs/{{study}}/samples/{{gpu}}.log",
+    benchmark:
+        f"{R}/benchmarks/samples_table/{{gpu}}/{{study}}/all.tsv"
+    conda:
+        "../envs/kernelbook.yaml"
+    params:
+        py=PY,
+    shell:
+        "{params.py} -m kernelbook gather samples {output} {input} > {log} 2>&1"
+
+
+rule stages:
+    input:
+        stage_benchmarks,
+    output:
+        f"{R}/{{gpu}}/{{study}}/stages.parquet",
+    log:
+        f"{R}/logs/{{study}}/stages/{{gpu}}.log",
+    benchmark:
+        f"{R}/benchmarks/stages/{{gpu}}/{{study}}/all.tsv"
+    conda:
+        "../envs/kernelbook.yaml"
+    params:
+        py=PY,
+    shell:
+        "{params.py} -m kernelbook stages {wildcards.study} {output} {input} > {log} 2>&1"

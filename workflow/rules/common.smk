@@ -113,6 +113,46 @@ def bench_files(wildcards):
     return out
 
 
+def samples_files(wildcards):
+    """Raw samples of every bench job of a study: variants, candidates, tuned sweeps."""
+    study = study_of(wildcards)
+    base = f"{R}/{wildcards.gpu}/{wildcards.study}/samples"
+    out = []
+    for v in study.variants:
+        if v.is_tuned:
+            out += [f"{base}/bench/{c}.parquet" for c in v.candidates]
+            if kb_tune.sweep_sizes(study, v):
+                out.append(f"{base}/sweep/{v.id}.parquet")
+        else:
+            out.append(f"{base}/bench/{v.id}.parquet")
+    return out
+
+
+def stage_benchmarks(wildcards):
+    """Snakemake's benchmark files of the jobs a study's measured tables come from."""
+    study = study_of(wildcards)
+    gpu, name = wildcards.gpu, wildcards.study
+    b = f"{R}/benchmarks"
+    out = [f"{b}/compile/build/{name}/{v}.tsv" for v in job_ids(name)]
+    out += [f"{b}/{r}/build/{name}/all.tsv" for r in ("build_table", "sass_table")]
+    for v in study.variants:
+        if v.is_tuned:
+            out += [f"{b}/bench/{gpu}/{name}/{c}.tsv" for c in v.candidates]
+            out.append(f"{b}/select_tuned/{gpu}/{name}/{v.id}.tsv")
+            if kb_tune.sweep_sizes(study, v):
+                out.append(f"{b}/bench_tuned_sweep/{gpu}/{name}/{v.id}.tsv")
+        else:
+            out.append(f"{b}/bench/{gpu}/{name}/{v.id}.tsv")
+        out += [f"{b}/{r}/{gpu}/{name}/{v.id}.tsv" for r in ("profile", "sanitize")]
+    out += [
+        f"{b}/{r}/{gpu}/{name}/all.tsv"
+        for r in ("measurements", "samples_table", "profile_table", "roofline")
+    ]
+    out.append(f"{b}/sanitizer_table/{gpu}/{name}/all.tsv")
+    out.append(f"{b}/device/{gpu}/device.tsv")
+    return out
+
+
 def candidate_files(wildcards):
     v = variant_of(wildcards)
     return [
@@ -167,5 +207,7 @@ def all_targets():
                 f"{base}/roofline.parquet",
                 f"{base}/sanitizer.parquet",
                 f"{base}/sanitize.ok",
+                f"{base}/samples.parquet",
+                f"{base}/stages.parquet",
             ]
     return targets

@@ -10,6 +10,8 @@ rule compile:
         sass=f"{R}/build/{{study}}/{{variant}}/sass.parquet",
     log:
         f"{R}/logs/{{study}}/compile/{{variant}}.log",
+    benchmark:
+        f"{R}/benchmarks/compile/build/{{study}}/{{variant}}.tsv"
     conda:
         "../envs/kernelbook.yaml"
     params:
@@ -29,6 +31,8 @@ rule build_table:
         f"{R}/build/{{study}}/build.parquet",
     log:
         f"{R}/logs/{{study}}/build_table.log",
+    benchmark:
+        f"{R}/benchmarks/build_table/build/{{study}}/all.tsv"
     conda:
         "../envs/kernelbook.yaml"
     params:
@@ -44,6 +48,8 @@ rule sass_table:
         f"{R}/build/{{study}}/sass.parquet",
     log:
         f"{R}/logs/{{study}}/sass_table.log",
+    benchmark:
+        f"{R}/benchmarks/sass_table/build/{{study}}/all.tsv"
     conda:
         "../envs/kernelbook.yaml"
     params:

@@ -12,6 +12,8 @@ rule profile:
         reports=directory(f"{R}/{{gpu}}/{{study}}/profile/{{variant}}"),
     log:
         f"{R}/logs/{{study}}/profile/{{gpu}}/{{variant}}.log",
+    benchmark:
+        f"{R}/benchmarks/profile/{{gpu}}/{{study}}/{{variant}}.tsv"
     priority: 5
     conda:
         "../envs/kernelbook.yaml"
@@ -38,6 +40,8 @@ rule profile_table:
         f"{R}/{{gpu}}/{{study}}/profile.parquet",
     log:
         f"{R}/logs/{{study}}/profile_table/{{gpu}}.log",
+    benchmark:
+        f"{R}/benchmarks/profile_table/{{gpu}}/{{study}}/all.tsv"
     conda:
         "../envs/kernelbook.yaml"
     params:
@@ -55,6 +59,8 @@ rule roofline:
         f"{R}/{{gpu}}/{{study}}/roofline.parquet",
     log:
         f"{R}/logs/{{study}}/roofline/{{gpu}}.log",
+    benchmark:
+        f"{R}/benchmarks/roofline/{{gpu}}/{{study}}/all.tsv"
     conda:
         "../envs/kernelbook.yaml"
     params:
@@ -73,6 +79,8 @@ rule sanitize:
         f"{R}/{{gpu}}/{{study}}/sanitize/{{variant}}.parquet",
     log:
         f"{R}/logs/{{study}}/sanitize/{{gpu}}/{{variant}}.log",
+    benchmark:
+        f"{R}/benchmarks/sanitize/{{gpu}}/{{study}}/{{variant}}.tsv"
     priority: 1
     conda:
         "../envs/kernelbook.yaml"
@@ -99,6 +107,8 @@ rule sanitizer_table:
         f"{R}/{{gpu}}/{{study}}/sanitizer.parquet",
     log:
         f"{R}/logs/{{study}}/sanitizer_table/{{gpu}}.log",
+    benchmark:
+        f"{R}/benchmarks/sanitizer_table/{{gpu}}/{{study}}/all.tsv"
     conda:
         "../envs/kernelbook.yaml"
     params:
@@ -114,6 +124,8 @@ rule sanitize_gate:
         f"{R}/{{gpu}}/{{study}}/sanitize.ok",
     log:
         f"{R}/logs/{{study}}/sanitize_gate/{{gpu}}.log",
+    benchmark:
+        f"{R}/benchmarks/sanitize_gate/{{gpu}}/{{study}}/all.tsv"
     conda:
         "../envs/kernelbook.yaml"
     params:
