@@ -9,13 +9,13 @@
 #       worklogs/<gpu>/<study>/data/*.parquet and data/study.json
 # Either way one rule writes results/<gpu>/<study>/worklog.{md,html} and figures/, so no
 # output pattern is shared with the measuring rules and nothing is copied back and forth.
-# Rule all asks for worklog_targets(GPU_SLUG if GPU else None).
+# Rule all asks for worklog_targets(TARGET_GPU).
 
 from kernelbook import publish as kb_publish  # noqa: E402
 
 WORKLOGS = kb_publish.Worklogs(
     R,
-    GPU_SLUG if GPU else None,
+    TARGET_GPU,
     PROJECT,
     workflow,
     analysis=Path(workflow.basedir) / "analysis",

@@ -23,12 +23,14 @@ rule bench:
         "../envs/kernelbook.yaml"
     resources:
         gpu=1,
+        gpu_model=GPU_MODEL,
     params:
         spec=variant_spec,
         settings=settings_arg,
         py=PY,
     shell:
-        "{params.py} -m kernelbook --settings {params.settings} bench {wildcards.study} "
+        "KERNELBOOK_GPU_MODEL={wildcards.gpu} {params.py} -m kernelbook "
+        "--settings {params.settings} bench {wildcards.study} "
         "{wildcards.variant} --cubin {input.cubin} --build-table {input.build} "
         "--out {output.table} --samples-out {output.samples} --record-failure > {log} 2>&1"
 
@@ -68,6 +70,7 @@ rule bench_tuned_sweep:
         "../envs/kernelbook.yaml"
     resources:
         gpu=1,
+        gpu_model=GPU_MODEL,
     params:
         spec=variant_spec,
         settings=settings_arg,
@@ -75,7 +78,8 @@ rule bench_tuned_sweep:
         build_dir=lambda w: f"{R}/build/{w.study}",
         py=PY,
     shell:
-        "{params.py} -m kernelbook --settings {params.settings} bench {wildcards.study} "
+        "KERNELBOOK_GPU_MODEL={wildcards.gpu} {params.py} -m kernelbook "
+        "--settings {params.settings} bench {wildcards.study} "
         "{wildcards.variant} {params.tuned} --build-dir {params.build_dir} "
         "--out {output.table} --samples-out {output.samples} --record-failure > {log} 2>&1"
 
@@ -109,11 +113,13 @@ rule device:
         "../envs/kernelbook.yaml"
     resources:
         gpu=1,
+        gpu_model=GPU_MODEL,
     params:
         settings=lambda w: shlex.quote(json.dumps({**SETTINGS, "studies": []})),
         py=PY,
     shell:
-        "{params.py} -m kernelbook --settings {params.settings} device --out {output} > {log} 2>&1"
+        "KERNELBOOK_GPU_MODEL={wildcards.gpu} {params.py} -m kernelbook "
+        "--settings {params.settings} device --out {output} > {log} 2>&1"
 
 
 rule samples_table:

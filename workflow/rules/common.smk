@@ -11,6 +11,7 @@ RUN_STARTED = time.time()  # a gate's log older than this run is not this run's 
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
+from kernelbook import cluster as kb_cluster  # noqa: E402
 from kernelbook import config as kb_config  # noqa: E402
 from kernelbook import gpu as kb_gpu  # noqa: E402
 from kernelbook import tune as kb_tune  # noqa: E402
@@ -26,7 +27,21 @@ else:
     GPU, NO_GPU_WHY = kb_gpu.detect()
 GPU_SLUG = GPU.slug if GPU else "none"
 
-if GPU is None:
+# gpu_model (e.g. --config gpu_model=h100) picks the GPU model to measure on, whatever this
+# host has: its GPU jobs ask the executor for that model (the SLURM plugin's gpu_model), and
+# write results/<gpu_model>/. Each GPU job checks that the GPU it got is of that model.
+GPU_MODEL = SETTINGS.get("gpu_model") or ""
+if GPU_MODEL:
+    if SETTINGS["gpu"] == "none":
+        raise WorkflowError(
+            f"config: gpu: none and gpu_model: {GPU_MODEL} contradict each other "
+            "(gpu_model asks for the GPU stages, gpu: none skips them); drop one"
+        )
+    GPU_SLUG = kb_gpu.slug(GPU_MODEL)
+# The <gpu> this run measures on (results/<gpu>/...), or None: compile and render only.
+TARGET_GPU = GPU_SLUG if (GPU or GPU_MODEL) else None
+
+if TARGET_GPU is None:
     print(
         f"kernelbook: no GPU here ({NO_GPU_WHY}): compiling only; bench, device, profile and "
         f"sanitize skipped for {', '.join(PROJECT.studies)}",
@@ -199,8 +214,8 @@ def gate_targets():
     """One gate per study: with a GPU the bench gate (compile failures included), else the
     build gate; each fails, after the tables are made, when something failed unexpectedly.
     """
-    if GPU:
-        return [f"{R}/{GPU_SLUG}/{name}/bench.ok" for name in PROJECT.studies]
+    if TARGET_GPU:
+        return [f"{R}/{TARGET_GPU}/{name}/bench.ok" for name in PROJECT.studies]
     return [f"{R}/build/{name}/build.ok" for name in PROJECT.studies]
 
 
@@ -208,11 +223,11 @@ def all_targets():
     targets = []
     for name in PROJECT.studies:
         targets += [f"{R}/build/{name}/build.parquet", f"{R}/build/{name}/sass.parquet"]
-        if GPU:
-            base = f"{R}/{GPU_SLUG}/{name}"
+        if TARGET_GPU:
+            base = f"{R}/{TARGET_GPU}/{name}"
             targets += [
                 f"{base}/measurements.parquet",
-                f"{R}/{GPU_SLUG}/device.parquet",
+                f"{R}/{TARGET_GPU}/device.parquet",
                 f"{base}/profile.parquet",
                 f"{base}/roofline.parquet",
                 f"{base}/sanitizer.parquet",

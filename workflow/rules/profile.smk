@@ -21,6 +21,7 @@ rule profile:
         "../envs/kernelbook.yaml"
     resources:
         gpu=1,
+        gpu_model=GPU_MODEL,
     params:
         spec=variant_spec,
         settings=settings_arg,
@@ -29,7 +30,8 @@ rule profile:
         build_dir=lambda w: f"{R}/build/{w.study}",
         py=PY,
     shell:
-        "{params.py} -m kernelbook --settings {params.settings} profile {wildcards.study} "
+        "KERNELBOOK_GPU_MODEL={wildcards.gpu} {params.py} -m kernelbook "
+        "--settings {params.settings} profile {wildcards.study} "
         "{wildcards.variant} --build-dir {params.build_dir} {params.tuned} {params.bench} "
         "--reports {output.reports} --out {output.table} > {log} 2>&1"
 
@@ -87,6 +89,7 @@ rule sanitize:
         "../envs/kernelbook.yaml"
     resources:
         gpu=1,
+        gpu_model=GPU_MODEL,
     params:
         spec=variant_spec,
         settings=settings_arg,
@@ -95,7 +98,8 @@ rule sanitize:
         build_dir=lambda w: f"{R}/build/{w.study}",
         py=PY,
     shell:
-        "{params.py} -m kernelbook --settings {params.settings} sanitize {wildcards.study} "
+        "KERNELBOOK_GPU_MODEL={wildcards.gpu} {params.py} -m kernelbook "
+        "--settings {params.settings} sanitize {wildcards.study} "
         "{wildcards.variant} --build-dir {params.build_dir} {params.tuned} {params.bench} "
         "--out {output} > {log} 2>&1"
 
