@@ -162,9 +162,18 @@ def test_jobs_went_through_sbatch(slurm, runs):
         m = re.match(r"rule_(\w+?)(?:_wildcards_.*)?$", shown["Comment"])
         assert m, shown["Comment"]
         rules.append(m.group(1))
-    # the compile stage of the study and the rendering of its published page, each a job
+    # the compile stage of the study, its gate and the rendering of its published page,
+    # each a job
     assert sorted(rules) == sorted(
-        ["compile", "compile", "build_table", "sass_table", "study_figures", "worklog"]
+        [
+            "compile",
+            "compile",
+            "build_table",
+            "sass_table",
+            "build_gate",
+            "study_figures",
+            "worklog",
+        ]
     ), rules
     compiles = [j for j in jobs if "rule_compile" in jobs[j]]
     assert sorted(Path(jobs[j]).parent.name for j in compiles) == [
