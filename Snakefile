@@ -24,9 +24,18 @@ rule all:
     default_target: True
     input:
         all_targets(),
-        worklog_targets(GPU_SLUG if GPU else None),
+        worklog_targets(TARGET_GPU),
+        gate_targets(),
 
 
 rule tables:
     input:
         all_targets(),
+        gate_targets(),
+
+
+onerror:
+    # a job the batch scheduler refused (e.g. a GPU no node offers): one line on why
+    kb_cluster.explain(log)
+    # then what failed, gate by gate: the last thing on screen
+    print_gate_summary()

@@ -12,7 +12,8 @@
 #
 # State lives in $KERNELBOOK_DETACHED_DIR (default /tmp/kernelbook-detached): the workload's
 # output (workload.log), its exit status (workload.rc) once it ends, and its start time.
-# Snapshots leave out .ncu-rep reports and cubins (large, rebuilt from the tables' hashes).
+# Snapshots leave out .ncu-rep reports and cubins (large, rebuilt from the tables' hashes), and
+# the per-job samples (each study's samples.parquet gathers them).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ $# -lt 3 ]; then
@@ -37,6 +38,7 @@ else
   echo "still running (started $(cat "$st/started")); call again to go on watching"
 fi
 tail -n 40 "$st/workload.log" | cut -c1-300
-tar czf "$out/results.tgz" --exclude='*.ncu-rep' --exclude='*.cubin' results 2>/dev/null
+tar czf "$out/results.tgz" --exclude='*.ncu-rep' --exclude='*.cubin' \
+  --exclude='*/samples/bench' --exclude='*/samples/sweep' results 2>/dev/null
 tar czf "$out/state.tgz" -C "$(dirname "$st")" "$(basename "$st")" 2>/dev/null
 ls -l "$out"

@@ -48,7 +48,7 @@ def test_global_settings_resolved(project):
     t = s["timing"]
     assert t["cache"] == "cold" and t["method"] == "events"
     assert t["graph_launches"] == 20  # default filled inside a nested mapping
-    assert t["min_samples"] == 10 and t["max_samples"] == 2000
+    assert t["min_samples"] == 10 and t["max_samples"] == 5000
     assert set(project.studies) == set(s["studies"])
 
 

@@ -78,8 +78,7 @@ def test_variants_correct_at_odd_sizes(tmp_path, variant):
 def test_negative_controls_caught_while_other_jobs_finish(tmp_path):
     results = tmp_path / "results"
     slug = INFO.slug
-    # the bench stage only: the sanitize and profile stages have their own tests, and a
-    # hanging kernel under compute-sanitizer would only meet the sanitizer's time limit
+    # the bench stage only: the whole study, gates included, is the next test
     targets = [
         str(results / slug / "controls" / "bench" / f"{v}.parquet")
         for v in ("02_coalescing", "90_wrong", "91_nan", "92_oob", "94_crash", "95_hang")
@@ -91,7 +90,6 @@ def test_negative_controls_caught_while_other_jobs_finish(tmp_path):
             "snakemake",
             "--cores",
             "1",
-            "--keep-going",
             *targets,
             "--config",
             "studies=[controls]",
@@ -102,24 +100,225 @@ def test_negative_controls_caught_while_other_jobs_finish(tmp_path):
         text=True,
         timeout=900,
     )
-    assert proc.returncode != 0, "the controls must fail their jobs"
+    # a failing variant is recorded as failed rows: every bench job succeeds
+    assert proc.returncode == 0, proc.stderr[-3000:]
     good = results / slug / "controls" / "bench" / "02_coalescing.parquet"
-    assert good.is_file(), proc.stderr[-3000:]
     assert pd.read_parquet(good)["correct"].all()
     logs = results / "logs" / "controls" / "bench" / slug
     expected = {
-        "90_wrong": "exceeds the tolerance",
-        "91_nan": "are NaN or Inf",
-        "92_oob": "wrote outside C",
-        "94_crash": "crashed",
-        "95_hang": "still running after 10 s",
+        "90_wrong": ("wrong", "exceeds the tolerance"),
+        "91_nan": ("nonfinite", "are NaN or Inf"),
+        "92_oob": ("out_of_bounds", "wrote outside C"),
+        "94_crash": ("crash", "crashed"),
+        "95_hang": ("hang", "still running after 10 s"),
     }
-    for variant, needle in expected.items():
+    for variant, (kind, needle) in expected.items():
         text = (logs / f"{variant}.log").read_text()
         assert needle in text, f"{variant}: {text[-2000:]}"
         assert f"controls/{variant} at M=" in text
         assert "Traceback" not in text, text
-        assert not (results / slug / "controls" / "bench" / f"{variant}.parquet").exists()
+        df = pd.read_parquet(results / slug / "controls" / "bench" / f"{variant}.parquet")
+        assert list(df["size"]) == ["256x256x256", "1000x1000x1000"], df
+        assert (df["status"] == "failed").all(), df[["size", "status", "reason"]]
+        assert (df["failure"] == kind).all(), (variant, list(df["failure"]), list(df["reason"]))
+        assert needle in df["reason"].iloc[0]
+        assert df["median_ms"].isna().all() and df["gpu_uuid"].notna().all()
+
+
+def _copy_with_analysis(dest: Path) -> Path:
+    import shutil
+
+    from conftest import copy_repo
+
+    root = copy_repo(dest)
+    shutil.copytree(ROOT / "analysis", root / "analysis", ignore=shutil.ignore_patterns(".*"))
+    return root
+
+
+def _snakemake_in(root: Path, *args: str, timeout: float = 1500) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(root / "src")}
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", *args],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_controls_study_passes_its_gates_when_every_control_fails_as_declared(tmp_path):
+    """The whole controls study, page and gates included: each control fails the way its
+    `expect` says (at the bench or under the sanitizer), so every gate passes."""
+    root = _copy_with_analysis(tmp_path / "repo")
+    proc = _snakemake_in(root, "--cores", "1", "all", "--config", "studies=[controls]")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    base = root / "results" / INFO.slug / "controls"
+    ok = (base / "bench.ok").read_text()
+    assert "no unexpected failures" in ok and "controls/95_hang" in ok and "90_wrong" in ok
+    assert (base / "sanitize.ok").is_file()
+    san = pd.read_parquet(base / "sanitizer.parquet")
+    verdict = {(r.variant, r.tool): r.verdict for r in san.itertuples()}
+    assert verdict[("92_oob", "memcheck")] == "expected"
+    assert verdict[("93_race", "racecheck")] == "expected"
+    assert verdict[("95_hang", "memcheck")] == "not_run"  # a hang is not run again
+    page = (base / "worklog.md").read_text()
+    assert "## Failures" in page and "all as their negative control expects" in page
+
+
+MIXED = {
+    "title": "One correct, one wrong, one hanging variant",
+    "problem": "gemm",
+    "dtype": "float32",
+    "sizes": [{"M": [256, 1000], "N": "M", "K": "M"}],
+    "baseline": "cublas",
+    "sanitize": {"size": {"M": 100, "N": 100, "K": 100}},
+    "timing": {"min_time_s": 0.02, "max_time_s": 2, "launch_timeout_s": 10},
+    "variants": [
+        {
+            "id": "02_coalescing",
+            "source": "kernels/sgemm/02_coalescing.cu",
+            "entry": "sgemm_coalescing",
+            "defines": {"BS": 32},
+            "grid": ["cdiv(N, BS)", "cdiv(M, BS)"],
+            "block": ["BS * BS"],
+        },
+        {
+            "id": "90_wrong",
+            "source": "kernels/controls/90_wrong.cu",
+            "entry": "control_wrong",
+            "grid": ["cdiv(N, 32)", "cdiv(M, 32)"],
+            "block": [1024],
+        },
+        {
+            "id": "95_hang",
+            "source": "kernels/controls/95_hang.cu",
+            "entry": "control_hang",
+            "grid": [1],
+            "block": [32],
+        },
+    ],
+}
+
+
+def test_a_wrong_and_a_hanging_variant_do_not_hide_the_study(tmp_path):
+    """Items 8 and 9 of issue 19: the study's tables and page are made, every job ends, and
+    the run exits non-zero with the gate's summary at its end."""
+    import time
+
+    import yaml
+
+    root = _copy_with_analysis(tmp_path / "repo")
+    (root / "config" / "studies" / "mixed.yaml").write_text(yaml.safe_dump(MIXED))
+    cfgfile = root / "config" / "config.yaml"
+    conf = yaml.safe_load(cfgfile.read_text())
+    # ncu and the sanitizer would meet the hang only through a bug: short limits all the same
+    conf.update(studies=["mixed"], timeouts={"ncu_s": 120, "sanitizer_s": 120})
+    cfgfile.write_text(yaml.safe_dump(conf))
+    start = time.monotonic()
+    proc = _snakemake_in(root, "--cores", "1", "all")
+    took = time.monotonic() - start
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-6000:]
+    assert took < 1200, took
+    base = root / "results" / INFO.slug / "mixed"
+    for name in ("measurements", "profile", "roofline", "sanitizer"):
+        assert (base / f"{name}.parquet").is_file(), (name, out[-6000:])
+    m = pd.read_parquet(base / "measurements.parquet").set_index(["variant", "size"])
+    assert (m.loc["02_coalescing", "status"] == "ok").all()
+    assert (m.loc["90_wrong", "failure"] == "wrong").all()
+    assert (m.loc["95_hang", "failure"] == "hang").all()
+    prof = pd.read_parquet(base / "profile.parquet")
+    assert set(prof.loc[prof["variant"] == "95_hang", "status"]) == {"not_run"}
+    assert (prof.loc[prof["variant"] == "02_coalescing", "status"] == "ok").all()
+    san = pd.read_parquet(base / "sanitizer.parquet")
+    assert set(san.loc[san["variant"] == "95_hang", "verdict"]) == {"not_run"}
+    page = (base / "worklog.md").read_text()
+    top = page[: page.index("## Provenance")]
+    assert "## Failures" in top and "**90_wrong**" in top and "**95_hang**" in top
+    assert "02_coalescing" in page
+    assert (base / "worklog.html").is_file()
+    assert not (base / "bench.ok").exists()
+    tail = proc.stderr[proc.stderr.rindex("kernelbook: the run's gates failed:") :]
+    assert "mixed: 4 unexpected failure(s)" in tail, tail
+    assert "mixed/90_wrong 256x256x256 [bench] wrong:" in tail
+    assert "mixed/95_hang 256x256x256 [bench] hang:" in tail
+    assert "mixed/95_hang 1000x1000x1000 [bench] hang: not run" in tail
+    failed_rules = {
+        line.split()[-1].rstrip(":")
+        for line in out.splitlines()
+        if line.startswith("Error in rule")
+    }
+    assert failed_rules <= {"bench_gate", "sanitize_gate"}, out[-6000:]
+
+
+def _group_alive(needle: str) -> list[int]:
+    pids = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                state = (p / "stat").read_text().split(")")[-1].split()[0]
+            except OSError:
+                continue
+            if needle in cmd and state != "Z":
+                pids.append(int(p.name))
+    return pids
+
+
+@pytest.mark.parametrize("stage", ["profile", "sanitize"])
+def test_a_hang_under_a_tool_is_killed_and_recorded(tmp_path, stage):
+    """Without the bench's word (no --bench-table), ncu and compute-sanitizer meet the hang:
+    past their limit the whole process group, the launch helper included, is killed, and
+    the row names the tool, variant and size."""
+    import time
+
+    build_dir = _compile(tmp_path, "controls", "95_hang", settings=CONTROLS)
+    out = tmp_path / f"{stage}.parquet"
+    settings = {**CONTROLS, "timeouts": {"ncu_s": 30, "sanitizer_s": 30}}
+    args = [stage, "controls", "95_hang", "--build-dir", str(build_dir), "--out", str(out)]
+    if stage == "profile":
+        args += ["--reports", str(tmp_path / "reports")]
+    start = time.monotonic()
+    kb(*args, settings=settings, timeout=600)
+    took = time.monotonic() - start
+    df = pd.read_parquet(out)
+    if stage == "profile":
+        assert (df["status"] == "failed").all() and (df["failure"] == "hang").all(), df
+        assert "ncu still running after 30 s (timeouts.ncu_s)" in df["reason"].iloc[0]
+        assert df["reason"].iloc[0].startswith("controls/95_hang at 1000x1000x1000: ncu")
+        assert took < 30 * len(df) + 120, took
+    else:
+        assert (df["verdict"] == "hang").all(), df
+        first = df["first_finding"].iloc[0]
+        assert "compute-sanitizer still running after 30 s (timeouts.sanitizer_s)" in first
+        assert "controls/95_hang at 100x100x100: memcheck" in first
+        assert took < 30 * len(df) + 120, took
+    deadline = time.monotonic() + 15  # a process leaving the driver may take a moment
+    while _group_alive("launch controls 95_hang") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _group_alive("launch controls 95_hang"), "a launch helper survived its tool"
+
+
+def test_launch_helper_gives_up_on_a_hang():
+    import time
+
+    start = time.monotonic()
+    proc = kb(
+        "launch",
+        "controls",
+        "95_hang",
+        "--size",
+        "256",
+        settings={**CONTROLS, "timeouts": {"launch_s": 5}},
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 124, proc.stderr
+    assert time.monotonic() - start < 60
+    assert "controls/95_hang at 256x256x256: launch still running after 5 s" in proc.stderr
+    assert "timeouts.launch_s" in proc.stderr
 
 
 def _ncu_time_ns(variant, entry, size):
@@ -285,8 +484,8 @@ CONTROLS = {"studies": ["controls"]}
 @pytest.mark.parametrize(
     ("variant", "tool", "verdict"),
     [
-        ("92_oob", "memcheck", "findings"),
-        ("93_race", "racecheck", "findings"),
+        ("92_oob", "memcheck", "expected"),
+        ("93_race", "racecheck", "expected"),
         ("02_coalescing", None, "clean"),
     ],
 )
@@ -313,8 +512,10 @@ def test_sanitizer_flags_the_controls_and_passes_a_good_kernel(tmp_path, variant
         assert df.loc[tool, "verdict"] == verdict
         assert df.loc[tool, "errors"] > 0
         assert ".cu:" in df.loc[tool, "first_finding"]  # -lineinfo names the source line
-        gate = kb("sanitize-gate", "controls", str(out), "--out", str(tmp_path / "ok"), check=False)
-        assert gate.returncode == 1 and f"controls/{variant}" in gate.stderr
+        # a negative control's findings are what it declares (expect:): the gate passes;
+        # the same findings of a variant without expect fail it (tests/test_failgate.py)
+        gate = kb("sanitize-gate", "controls", str(out), "--out", str(tmp_path / "ok"))
+        assert gate.returncode == 0, gate.stderr
 
 
 def _sgemm_jobs():

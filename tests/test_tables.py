@@ -8,6 +8,7 @@ import re
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -186,7 +187,15 @@ def generic_rows(table: str) -> tuple[list[dict], tuple[str, ...]]:
     """Two plausible rows for a table this file has no hand-written rows for."""
     defs = tables.definitions()[table]["columns"]
     sizes = SIZES if any(c.get("size") for c in defs.values()) else ()
-    value = {"string": "text", "int64": 7, "float64": 2.5, "bool": True, "timestamp": T0}
+    value = {
+        "string": "text",
+        "int32": 3,
+        "int64": 7,
+        "float32": 1.5,
+        "float64": 2.5,
+        "bool": True,
+        "timestamp": T0,
+    }
     rows = []
     for i in range(2):
         row = {}
@@ -219,7 +228,12 @@ def rows_for(table: str, naive_build) -> tuple[list[dict], tuple[str, ...]]:
 
 def same(a, b) -> bool:
     if a is None or (isinstance(a, float) and math.isnan(a)):
-        return b is None or b is pd.NA or b is pd.NaT or (isinstance(b, float) and math.isnan(b))
+        return (
+            b is None
+            or b is pd.NA
+            or b is pd.NaT
+            or (isinstance(b, float | np.floating) and math.isnan(b))
+        )
     if isinstance(a, float):
         return math.isclose(a, b, rel_tol=0, abs_tol=0)
     if isinstance(a, datetime):
@@ -260,7 +274,7 @@ def test_every_table_and_column_is_described(table):
     cols = defs["columns"]
     undocumented = []
     for name, col in cols.items():
-        assert col["type"] in ("string", "int64", "float64", "bool", "timestamp"), (name, col)
+        assert col["type"] in tables._TYPES, (name, col)
         if col.get("size"):
             continue  # stands for the problem's size names
         base = name.removeprefix("baseline_")

@@ -1,9 +1,14 @@
 """Check, then time, one variant over its sizes with its baseline side by side.
 
 Every size is checked against the float64 reference before anything is timed: a wrong,
-non-finite, out-of-bounds, crashing or hanging kernel stops the job with one message that
-names the study, variant and size, and no time of it is recorded. Sizes a variant's
-``requires`` rule out are kept as ``skipped`` rows with the failed condition.
+non-finite, out-of-bounds, crashing or hanging kernel gets a message that names the study,
+variant and size, and no time of it is recorded. Sizes a variant's ``requires`` rule out
+are kept as ``skipped`` rows with the failed condition.
+
+With ``tolerate_failure`` (the pipeline's jobs) a failure becomes ``failed`` rows, with the
+kind in ``failure`` (kernelbook.gate.FAILURE_KINDS) and the message in ``reason``: a wrong
+result fails its size and the other sizes are still checked; a crash or a hang leaves the
+device unusable, so the sizes not yet done fail with it. Without, the first failure raises.
 """
 
 from __future__ import annotations
@@ -19,11 +24,13 @@ from kernelbook import gpu, problems, tables
 from kernelbook.build import sha256_file
 from kernelbook.config import Project, Study, Variant
 from kernelbook.problems.base import CheckError
-from kernelbook.timing import Hang, Timer
+from kernelbook.timing import DeviceFault, Hang, Timer
 
 
 class KernelFailure(RuntimeError):
     """A variant could not be run or checked at a size (crash, launch error, hang, wrong)."""
+
+    kind = "launch"
 
 
 class Crash(KernelFailure):
@@ -35,6 +42,12 @@ class BuildInfo:
     cubin: Path
     nvcc_version: str
     nvcc_flags: str
+    failed: str | None = None  # why there is nothing to run (a failed compile's message)
+    failed_kind: str = "compile"
+
+
+# After these the CUDA context is lost: nothing more runs in the job's process.
+DEVICE_LOST = frozenset({"crash", "hang"})
 
 
 def _cuda_error(e: BaseException) -> bool:
@@ -82,6 +95,7 @@ class Bench:
             "cache": study.timing["cache"],
             "timing_method": study.timing["method"],
             "flush_bytes": self.timer.flush_bytes,
+            "blocking_kernel": self.timer.blocking,
             "software": f"python {platform.python_version()}, cupy {cp.__version__}, "
             f"torch {torch.__version__}",
             **gpu.host_provenance(project.root),
@@ -89,6 +103,7 @@ class Bench:
         self.sampler = gpu.Sampler(slot_uuid)
 
     def close(self):
+        self.timer.close()  # never raises: a crash is reported by whoever caught it
         self.sampler.close()
 
     # ------------------------------------------------------------------------------
@@ -140,6 +155,8 @@ class Bench:
             self.timer.run_once(run, where)
         except Hang:
             raise
+        except DeviceFault as e:
+            raise Crash(str(e)) from None
         except Exception as e:
             if _cuda_error(e):
                 raise Crash(f"{where}: the kernel failed to launch or crashed: {e}") from None
@@ -160,8 +177,10 @@ def bench_variant(
     sizes: list[dict] | None = None,
     tolerate_failure: bool = False,
     log: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True),
+    samples: list[dict] | None = None,
 ) -> list[dict]:
-    """Rows of the measurements table for one variant (one job)."""
+    """Rows of the measurements table for one variant (one job); every timed sample is
+    appended to ``samples`` (rows of the samples table) when it is given."""
     problem = problems.get(study.problem)
     if sizes is None:
         sizes = list(variant.tune_sizes) if variant.tune_sizes else list(study.sizes)
@@ -179,7 +198,7 @@ def bench_variant(
         "baseline": study.baseline,
         "source_sha256": sha256_file(src),
         "spec_sha256": variant.spec_sha256(),
-        "cubin_sha256": sha256_file(build.cubin),
+        "cubin_sha256": "" if build.failed else sha256_file(build.cubin),
         "defines": json.dumps(variant.defines),
         "nvcc_flags": build.nvcc_flags,
         "nvcc_version": build.nvcc_version,
@@ -210,29 +229,66 @@ def bench_variant(
             rows.append(blank(s, "skipped", "requires " + " and ".join(unmet)))
         else:
             runnable.append(s)
+
+    def fail(s, kind: str, reason: str) -> None:
+        log(f"{b.where(variant, s)}: failed ({kind}): {reason}")
+        rows.append({**blank(s, "failed", f"{kind}: {reason}"), "failure": kind})
+
     checked: dict[str, tuple] = {}
+    current = None  # the size being run when a crash or hang ends the job's use of the GPU
     try:
-        kernel = b.load(variant, build.cubin)
+        if build.failed:
+            for s in runnable:
+                fail(s, build.failed_kind, build.failed)
+            runnable = []
+        else:
+            kernel = b.load(variant, build.cubin)
         with b.stream, b.torch.cuda.stream(b.torch_stream):
             for s in runnable:  # correct before fast: every size, before any timing
-                case, _, launch, result, tol = b.check(kernel, variant, s)
+                current = s
+                try:
+                    case, _, launch, result, tol = b.check(kernel, variant, s)
+                except CheckError as e:
+                    if not tolerate_failure:
+                        raise
+                    fail(s, e.kind, str(e))  # the kernel ran: the other sizes still can
+                    b.free()
+                    continue
                 log(f"{b.where(variant, s)}: correct, rel_err {result.rel_err:.2e} (tol {tol:.1e})")
                 checked[problem.label(s)] = (result, launch)
                 del case
                 b.free()
             for s in runnable:
-                rows.append(_time_size(b, kernel, variant, s, checked[problem.label(s)], blank))
+                if problem.label(s) not in checked:
+                    continue
+                current = s
+                rows.append(
+                    _time_size(b, kernel, variant, s, checked[problem.label(s)], blank, samples)
+                )
                 b.free()
-    except (KernelFailure, CheckError, Hang) as e:
+    except (KernelFailure, Hang) as e:
         if not tolerate_failure:
             raise
-        kind = getattr(e, "kind", type(e).__name__.lower())
-        log(f"{study.name}/{variant.id}: candidate failed ({kind}): {e}")
+        kind = getattr(e, "kind", "hang")
         done = {r["size"] for r in rows}
-        rows += [blank(s, "failed", f"{kind}: {e}") for s in sizes if problem.label(s) not in done]
+        at = problem.label(current) if current is not None else None
+        for s in runnable:
+            label = problem.label(s)
+            if label in done:
+                continue
+            if at is None or label == at:
+                fail(s, kind, str(e))
+            else:
+                fail(s, kind, f"not run: the {kind} at {at} ended the job's use of the GPU ({e})")
     finally:
         b.close()
-    return rows
+    order = {problem.label(s): i for i, s in enumerate(sizes)}
+    return sorted(rows, key=lambda r: order.get(r["size"], len(order)))
+
+
+def device_lost(rows: list[dict]) -> bool:
+    """A crash or a hang among ``rows``: the process must leave without touching the GPU."""
+    return any(r.get("failure") in DEVICE_LOST for r in rows)
 
 
 def _copy_launcher(b: Bench, nbytes: float):
@@ -254,7 +310,27 @@ def _copy_launcher(b: Bench, nbytes: float):
     return run
 
 
-def _time_size(b: Bench, kernel, variant, s, checked, blank) -> dict:
+def _sample_rows(b: Bench, variant, label: str, stats) -> list[dict]:
+    rows = []
+    for fn, st in stats.items():
+        clocks = b.sampler.sm_clock_at(st.times)
+        rows += [
+            {
+                "study": b.study.name,
+                "variant": variant.id,
+                "size": label,
+                "function": fn,
+                "sample": i,
+                "ms": ms,
+                "sm_clock_mhz": clk,
+                "gpu_uuid": b.provenance["gpu_uuid"],
+            }
+            for i, (ms, clk) in enumerate(zip(st.samples, clocks, strict=True))
+        ]
+    return rows
+
+
+def _time_size(b: Bench, kernel, variant, s, checked, blank, samples=None) -> dict:
     study, problem = b.study, b.problem
     result, _ = checked
     where = b.where(variant, s)
@@ -267,9 +343,15 @@ def _time_size(b: Bench, kernel, variant, s, checked, blank) -> dict:
     fns = {"variant": run, "baseline": base.run}
     if problem.figure_of_merit == "gbps":
         fns["copy"] = _copy_launcher(b, nbytes)
-    with b.sampler:
-        stats = b.timer.measure(fns, where)
+    dropped = b.timer.dropped
+    try:
+        with b.sampler:
+            stats = b.timer.measure(fns, where)
+    except DeviceFault as e:
+        raise Crash(str(e)) from None
     env = b.sampler.summary()
+    if samples is not None:
+        samples += _sample_rows(b, variant, problem.label(s), stats)
     v, bl = stats["variant"], stats["baseline"]
     row = blank(s, "ok", None)
     row.update(
@@ -282,7 +364,9 @@ def _time_size(b: Bench, kernel, variant, s, checked, blank) -> dict:
         rel_std=v.rel_std,
         rse_median=v.rse_median,
         n_samples=v.n,
-        converged=v.converged and bl.converged,
+        converged=v.converged,
+        stop_reason=v.stop_reason,
+        dropped_samples=b.timer.dropped - dropped,
         tflops=flop / (v.median * 1e-3) / 1e12,
         gbps=nbytes / (v.median * 1e-3) / 1e9,
         baseline_mode=base.mode,
@@ -290,6 +374,9 @@ def _time_size(b: Bench, kernel, variant, s, checked, blank) -> dict:
         baseline_q1_ms=bl.q1,
         baseline_q3_ms=bl.q3,
         baseline_n_samples=bl.n,
+        baseline_min_ms=bl.min,
+        baseline_max_ms=bl.max,
+        baseline_rse_median=bl.rse_median,
         baseline_tflops=flop / (bl.median * 1e-3) / 1e12,
         baseline_gbps=nbytes / (bl.median * 1e-3) / 1e9,
         baseline_rel_err=base.rel_err,
@@ -311,7 +398,7 @@ def _time_size(b: Bench, kernel, variant, s, checked, blank) -> dict:
         )
     flag = " THROTTLED " + env["throttle_reasons"] if env["throttled"] else ""
     b.log(
-        f"{where}: {v.median:.4f} ms ({row['tflops']:.2f} TFLOP/s, n={v.n}), "
+        f"{where}: {v.median:.4f} ms ({row['tflops']:.2f} TFLOP/s, n={v.n}, {v.stop_reason}), "
         f"{study.baseline} {bl.median:.4f} ms -> {row['pct_of_baseline']:.1f} %{flag}"
     )
     return row

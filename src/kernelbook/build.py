@@ -14,10 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelbook.config import Variant
+from kernelbook.procs import ToolTimeout, run_tool
+
+NVCC_TIMEOUT_S = 600.0  # timeouts.nvcc_s's default
 
 
 class CompileError(RuntimeError):
-    """nvcc failed, or the entry point is not in what it built."""
+    """nvcc failed or ran out of time, or the entry point is not in what it built."""
+
+    kind = "compile"
 
 
 @dataclass(frozen=True)
@@ -151,10 +156,13 @@ def tool_env() -> dict[str, str]:
 
 def nvcc_version() -> str:
     try:
-        text = subprocess.run(
-            ["nvcc", "--version"], capture_output=True, text=True, check=True
-        ).stdout
-    except (OSError, subprocess.CalledProcessError) as e:
+        proc = run_tool(
+            ["nvcc", "--version"], timeout=60, what="nvcc --version", setting="a fixed 60 s"
+        )
+        if proc.returncode != 0:
+            raise subprocess.CalledProcessError(proc.returncode, proc.args, proc.stdout)
+        text = proc.stdout
+    except (OSError, subprocess.CalledProcessError, ToolTimeout) as e:
         raise CompileError(f"nvcc is not usable: {e}") from None
     m = re.search(r"release [\d.]+, V([\d.]+)", text)
     return m.group(1) if m else text.strip().splitlines()[-1]
@@ -202,7 +210,7 @@ class BuildResult:
 
 
 # A folder of cubins by content, for builds repeated in several copies of the repository
-# (the test suite): a build whose nvcc version, command, source and quoted includes are
+# (the test suite): a build whose nvcc binary, command, source and quoted includes are
 # byte-identical to a cached one takes its cubin and ptxas report. Unset: nvcc every time.
 CACHE_ENV = "KERNELBOOK_CUBIN_CACHE"
 _INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
@@ -210,7 +218,10 @@ _INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
 
 def _cache_key(cmd: list[str], source: Path, out: Path) -> str:
     same = {str(out): "<out>", str(source): "<source>", f"-I{source.parent}": "-I<dir>"}
-    h = hashlib.sha256(json.dumps([nvcc_version(), [same.get(a, a) for a in cmd]]).encode())
+    exe = os.path.realpath(shutil.which(cmd[0]) or cmd[0])  # this nvcc, without running it
+    st = os.stat(exe) if os.path.exists(exe) else None
+    nvcc = [exe, st.st_size, st.st_mtime_ns] if st else [exe]
+    h = hashlib.sha256(json.dumps([nvcc, [same.get(a, a) for a in cmd]]).encode())
     todo, seen = [("", source)], set()
     while todo:  # the source and what it includes with quotes, by content
         name, path = todo.pop()
@@ -223,16 +234,15 @@ def _cache_key(cmd: list[str], source: Path, out: Path) -> str:
     return h.hexdigest()
 
 
-def _nvcc_cached(cmd: list[str], source: Path, tmp: Path) -> tuple[int, str]:
-    """Run nvcc (or take the cache's copy of its output); (exit status, what it printed)."""
+def _nvcc_cached(cmd: list[str], source: Path, tmp: Path, nvcc) -> tuple[int, str]:
+    """``nvcc()`` (or the cache's copy of its output): (exit status, what it printed)."""
     cache = os.environ.get(CACHE_ENV)
     entry = Path(cache) / _cache_key(cmd, source, tmp) if cache else None
     if entry is not None and (entry / "nvcc.log").is_file():
         shutil.copyfile(entry / "kernel.cubin", tmp)
         return 0, (entry / "nvcc.log").read_text()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    log = proc.stdout + proc.stderr
-    if entry is not None and proc.returncode == 0:
+    returncode, log = nvcc()
+    if entry is not None and returncode == 0:
         entry.parent.mkdir(parents=True, exist_ok=True)
         part = Path(tempfile.mkdtemp(prefix=".part-", dir=entry.parent))
         shutil.copyfile(tmp, part / "kernel.cubin")
@@ -241,12 +251,20 @@ def _nvcc_cached(cmd: list[str], source: Path, tmp: Path) -> tuple[int, str]:
             os.replace(part, entry)
         except OSError:  # another process stored it first
             shutil.rmtree(part, ignore_errors=True)
-    return proc.returncode, log
+    return returncode, log
 
 
 def compile_variant(
-    variant: Variant, arch: str, flags: list[str], root: Path, cubin: Path
+    variant: Variant,
+    arch: str,
+    flags: list[str],
+    root: Path,
+    cubin: Path,
+    timeout: float = NVCC_TIMEOUT_S,
 ) -> BuildResult:
+    """nvcc to ``cubin`` (written only on success), its resources and SASS histogram; nvcc
+    and cuobjdump each get ``timeout`` seconds (timeouts.nvcc_s) before their process
+    group is killed."""
     source = Path(root) / variant.source
     if not source.is_file():
         raise CompileError(f"{variant.study}/{variant.id}: source {variant.source} not found")
@@ -254,7 +272,21 @@ def compile_variant(
     cubin.parent.mkdir(parents=True, exist_ok=True)
     tmp = cubin.with_name(cubin.name + ".tmp")
     cmd = nvcc_command(variant, arch, flags, source, tmp)
-    returncode, log = _nvcc_cached(cmd, source, tmp)
+    where = f"{variant.study}/{variant.id}"
+
+    def nvcc() -> tuple[int, str]:
+        try:
+            proc = run_tool(cmd, timeout=timeout, what=where, setting="timeouts.nvcc_s")
+        except ToolTimeout as e:
+            tmp.unlink(missing_ok=True)
+            raise CompileError(
+                f"{e}\n{e.output.strip()}\ncommand: {' '.join(cmd)}".strip()
+            ) from None
+        except OSError as e:
+            raise CompileError(f"{where}: nvcc is not usable: {e}") from None
+        return proc.returncode, proc.stdout + proc.stderr
+
+    returncode, log = _nvcc_cached(cmd, source, tmp, nvcc)
     if returncode != 0:
         tmp.unlink(missing_ok=True)
         raise CompileError(
@@ -269,10 +301,19 @@ def compile_variant(
             f"{variant.study}/{variant.id}: entry '{variant.entry}' is not a kernel in "
             f'{variant.source} (kernels found: {found}; is it extern "C" __global__?)'
         )
-    dump = subprocess.run(
-        [tool("cuobjdump"), "-sass", str(tmp)], capture_output=True, text=True, env=tool_env()
-    )
+    try:
+        dump = run_tool(
+            [tool("cuobjdump"), "-sass", str(tmp)],
+            timeout=timeout,
+            what=where,
+            setting="timeouts.nvcc_s",
+            env=tool_env(),
+        )
+    except ToolTimeout as e:
+        tmp.unlink(missing_ok=True)
+        raise CompileError(str(e)) from None
     if dump.returncode != 0:
+        tmp.unlink(missing_ok=True)
         raise CompileError(
             f"{variant.study}/{variant.id}: cuobjdump -sass failed: {dump.stderr.strip()}"
         )

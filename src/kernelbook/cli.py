@@ -46,14 +46,19 @@ def _project(args) -> cfg.Project:
     return cfg.load_project_file(args.configfile, overrides=overrides)
 
 
+def _load_study(args, project, name: str):
+    """A study of the project, or one not in its `studies` list, from the study folder."""
+    if name not in project.studies:
+        path = Path(args.configfile).resolve().parent.parent / project.settings["study_dir"]
+        project.studies[name] = cfg.load_study(
+            path / f"{name}.yaml", project.settings, project.root
+        )
+    return project.study(name)
+
+
 def _study_variant(args):
     project = _project(args)
-    if args.study not in project.studies:
-        path = Path(args.configfile).resolve().parent.parent / project.settings["study_dir"]
-        project.studies[args.study] = cfg.load_study(
-            path / f"{args.study}.yaml", project.settings, project.root
-        )
-    study = project.study(args.study)
+    study = _load_study(args, project, args.study)
     return project, study, study.variant(args.variant)
 
 
@@ -84,12 +89,21 @@ def cmd_compile(args) -> int:
     project, study, variant = _study_variant(args)
     s = project.settings
     flags = list(s["nvcc_flags"])
-    res = build.compile_variant(variant, s["arch"], flags, project.root, Path(args.cubin))
+    try:
+        res = build.compile_variant(
+            variant, s["arch"], flags, project.root, Path(args.cubin), s["timeouts"]["nvcc_s"]
+        )
+    except build.CompileError as e:
+        if not args.record_failure:
+            raise
+        return _record_compile_failure(args, project, study, variant, flags, e)
     r = res.resources
     row = {
         "study": study.name,
         "variant": variant.id,
         "tuned_from": variant.tuned_from,
+        "status": "ok",
+        "reason": None,
         "entry": variant.entry,
         "source": variant.source,
         "arch": s["arch"],
@@ -133,6 +147,52 @@ def cmd_compile(args) -> int:
     return 0
 
 
+def _record_compile_failure(args, project, study, variant, flags, error) -> int:
+    """A variant that does not compile still gets its outputs: a failed build row with
+    nvcc's message, an empty SASS table and an empty cubin (which bench, profile and
+    sanitize recognise through the build row), so the study's tables and page are made
+    and the bench gate reports it at the end of the run."""
+    import pandas as pd
+
+    from kernelbook import build, gpu, tables
+
+    _eprint(f"kernelbook: error: {error}")
+    _eprint(f"{study.name}/{variant.id}: recorded as a failed build; the run goes on")
+    try:
+        version = build.nvcc_version()
+    except build.CompileError:
+        version = "unknown"
+    source = project.root / variant.source
+    cubin = Path(args.cubin)
+    cubin.parent.mkdir(parents=True, exist_ok=True)
+    cubin.write_bytes(b"")
+    cmd = build.nvcc_command(variant, project.settings["arch"], flags, source, cubin)
+    row = {
+        "study": study.name,
+        "variant": variant.id,
+        "tuned_from": variant.tuned_from,
+        "status": "failed",
+        "reason": f"compile: {error}",
+        "entry": variant.entry,
+        "source": variant.source,
+        "arch": project.settings["arch"],
+        "source_sha256": build.sha256_file(source) if source.is_file() else "",
+        "spec_sha256": variant.spec_sha256(),
+        "cubin_sha256": "",
+        "defines": json.dumps(variant.defines),
+        "nvcc_flags": " ".join(flags + list(variant.nvcc_flags)),
+        "nvcc_version": version,
+        "nvcc_command": " ".join(cmd),
+        "git_commit": gpu.git_commit(project.root),
+        "built_at": gpu.now(),
+    }
+    if args.build:
+        tables.write([row], args.build, "build")
+    if args.sass:
+        tables.write(pd.DataFrame(columns=tables.schema("sass").names), args.sass, "sass")
+    return 0
+
+
 def cmd_bench(args) -> int:
     from kernelbook import bench, build, gpu, tables
 
@@ -152,17 +212,22 @@ def cmd_bench(args) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         if args.cubin:
             build_row = tables.read(args.build_table).iloc[0] if args.build_table else None
+            failed = None
+            if build_row is not None and build_row.get("status") == "failed":
+                failed = str(build_row["reason"]).removeprefix("compile: ")
             info = bench.BuildInfo(
                 Path(args.cubin),
                 build_row["nvcc_version"] if build_row is not None else build.nvcc_version(),
                 flags,
+                failed=failed,
             )
         else:
             cubin = Path(tmp) / f"{variant.id}.cubin"
             res = build.compile_variant(
-                variant, s["arch"], list(s["nvcc_flags"]), project.root, cubin
+                variant, s["arch"], list(s["nvcc_flags"]), project.root, cubin, _nvcc_timeout(s)
             )
             info = bench.BuildInfo(cubin, res.nvcc_version, flags)
+        samples: list[dict] = []
         rows = bench.bench_variant(
             project,
             study,
@@ -170,12 +235,43 @@ def cmd_bench(args) -> int:
             info,
             slot.uuid,
             sizes=sizes,
-            tolerate_failure=args.tolerate_failure,
+            tolerate_failure=args.record_failure,
+            samples=samples,
+        )
+    return _finish_bench(args, rows, problem, samples)
+
+
+def _finish_bench(args, rows, problem, samples) -> int:
+    """Write and print a job's rows; after a crash or a hang, leave without the clean-up
+    that would wait on the lost device (the rows are on disk by then)."""
+    import pandas as pd
+
+    from kernelbook import bench, tables
+
+    if args.samples_out:  # none when the variant failed before any timing
+        tables.write(
+            samples or pd.DataFrame(columns=tables.schema("samples").names),
+            args.samples_out,
+            "samples",
         )
     if args.out:
         tables.write(rows, args.out, "measurements", problem.size_names)
     _print_rows(rows, problem)
+    failed = [r for r in rows if r["status"] == "failed"]
+    if failed:
+        _eprint(
+            f"{len(failed)} size(s) failed ({', '.join(sorted({r['failure'] for r in failed}))}): "
+            "recorded as failed rows; the bench gate reports them at the end of the run"
+        )
+    if bench.device_lost(rows):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return 0
+
+
+def _nvcc_timeout(settings) -> float:
+    return float(settings.get("timeouts", {}).get("nvcc_s", 600))
 
 
 def _bench_tuned_sweep(args, project, study, variant, sizes) -> int:
@@ -192,23 +288,38 @@ def _bench_tuned_sweep(args, project, study, variant, sizes) -> int:
         )
     pick = tune.sweep_pick(study, variant)
     won = _targets(args, project, study, variant, [pick])
-    if not won:
-        raise cfg.ConfigError(
+    sizes = sizes if sizes is not None else tune.sweep_sizes(study, variant)
+    if won:
+        run, cubin, _ = won[0]
+        build_row = tables.read(cubin.parent / "build.parquet").iloc[0]
+        info = bench.BuildInfo(cubin, build_row["nvcc_version"], _nvcc_flags(project, run))
+    else:
+        why = (
             f"{study.name}/{variant.id}: no candidate ran correctly at {problem.label(pick)} "
             f"({args.tuned_table}), so there is no winner to run at the other sizes"
         )
-    run, cubin, _ = won[0]
-    build_row = tables.read(cubin.parent / "build.parquet").iloc[0]
-    info = bench.BuildInfo(cubin, build_row["nvcc_version"], _nvcc_flags(project, run))
-    sizes = sizes if sizes is not None else tune.sweep_sizes(study, variant)
+        if not args.record_failure:
+            raise cfg.ConfigError(why)
+        run = variant
+        info = bench.BuildInfo(
+            Path(args.tuned_table), "", _nvcc_flags(project, variant), why, "no_winner"
+        )
     slot = gpu.acquire_slot()
-    rows = bench.bench_variant(project, study, run, info, slot.uuid, sizes=sizes)
+    samples: list[dict] = []
+    rows = bench.bench_variant(
+        project,
+        study,
+        run,
+        info,
+        slot.uuid,
+        sizes=sizes,
+        tolerate_failure=args.record_failure,
+        samples=samples,
+    )
     for r in rows:
-        r.update(variant=variant.id, variant_kind="tuned", tuned_from=run.id)
-    if args.out:
-        tables.write(rows, args.out, "measurements", problem.size_names)
-    _print_rows(rows, problem)
-    return 0
+        r.update(variant=variant.id, variant_kind="tuned", tuned_from=run.id if won else None)
+    # samples are labelled with the candidate that ran, as its own jobs' samples
+    return _finish_bench(args, rows, problem, samples)
 
 
 def _nvcc_flags(project, variant) -> str:
@@ -269,10 +380,12 @@ def cmd_launch(args) -> int:
             from kernelbook.bench import allow_dynamic_smem
 
             allow_dynamic_smem(kernel, launch.smem)
+        limit = float(project.settings["timeouts"]["launch_s"])
+        where = f"{study.name}/{variant.id} at {problem.label(sizes)}"
         for i in range(args.repeat):
             case.reset()
             kernel(launch.grid, launch.block, case.args, shared_mem=launch.smem)
-            cp.cuda.runtime.deviceSynchronize()
+            _wait_or_leave(cp, limit, where)
             if args.check and i == 0:
                 tol = study.tolerance or problem.tolerance(sizes, study.dtype)
                 r = problem.check(case, tol, f"{study.name}/{variant.id} at {args.size}")
@@ -282,6 +395,26 @@ def cmd_launch(args) -> int:
         f"grid {launch.grid}, block {launch.block}, smem {launch.smem}"
     )
     return 0
+
+
+def _wait_or_leave(cp, limit: float, where: str) -> None:
+    """Wait for the launch, at most ``limit`` seconds (timeouts.launch_s): a hung kernel
+    cannot be stopped from inside, so the process leaves (exit 124) and takes it along."""
+    import time
+
+    done = cp.cuda.Event(disable_timing=True)
+    done.record()
+    start = time.monotonic()
+    while not done.done:
+        if time.monotonic() - start > limit:
+            _eprint(
+                f"kernelbook: error: {where}: launch still running after {limit:g} s "
+                "(timeouts.launch_s); hang?"
+            )
+            sys.stderr.flush()
+            os._exit(124)
+        time.sleep(0.001)
+    cp.cuda.runtime.deviceSynchronize()  # raises the launch's error, if any
 
 
 def _targets(args, project, study, variant, sizes):
@@ -308,17 +441,36 @@ def _targets(args, project, study, variant, sizes):
     return out
 
 
+def _bench_failures(args, study) -> dict[str, tuple[str, str]]:
+    """Size label -> (kind, reason) of the sizes the variant's bench table records failed."""
+    if not getattr(args, "bench_table", None):
+        return {}
+    from kernelbook import gate, tables
+
+    df = tables.read(args.bench_table)
+    return {
+        r["size"]: (gate.failure_kind(r), str(r["reason"]))
+        for _, r in df.iterrows()
+        if r["status"] == "failed"
+    }
+
+
 def cmd_profile(args) -> int:
     from kernelbook import gpu, profile, tables
 
     project, study, variant = _study_variant(args)
-    slot = gpu.acquire_slot()
+    failed = _bench_failures(args, study)
+    slot = gpu.acquire_slot(preload=())
     rows = []
     for run, cubin, sizes in _targets(args, project, study, variant, list(study.profile_sizes)):
         part = profile.profile_variant(
-            project, study, run, cubin, sizes, Path(args.reports), slot.uuid
+            project, study, run, cubin, sizes, Path(args.reports), slot.uuid, skip=failed
         )
         rows += [{**r, "variant": variant.id} for r in part]
+    if not rows:
+        import pandas as pd
+
+        rows = pd.DataFrame(columns=tables.schema("profile", study.size_names).names)
     tables.write(rows, args.out, "profile", study.size_names)
     return 0
 
@@ -327,7 +479,9 @@ def cmd_sanitize(args) -> int:
     from kernelbook import gpu, sanitize, tables
 
     project, study, variant = _study_variant(args)
-    slot = gpu.acquire_slot()
+    failed = _bench_failures(args, study)
+    lost = next(((k, r) for k, r in failed.values() if k in sanitize.NOT_RERUN), None)
+    slot = gpu.acquire_slot(preload=())
     if variant.is_tuned:
         headline = study.headline or study.profile_sizes[0]
         targets = _targets(args, project, study, variant, [headline])
@@ -340,14 +494,28 @@ def cmd_sanitize(args) -> int:
             _eprint(f"{study.name}/{run.id}: no size it can run at; not sanitized")
             continue
         part = sanitize.sanitize_variant(
-            project, study, run, cubin, size, slot.uuid, tools=study.sanitize_tools
+            project,
+            study,
+            run,
+            cubin,
+            size,
+            slot.uuid,
+            tools=study.sanitize_tools,
+            skip=lost,
+            expect=variant.expect,
         )
         rows += [{**r, "variant": variant.id} for r in part]
+    if not rows:
+        import pandas as pd
+
+        rows = pd.DataFrame(columns=tables.schema("sanitizer", study.size_names).names)
     tables.write(rows, args.out, "sanitizer", study.size_names)
     return 0
 
 
 def cmd_roofline(args) -> int:
+    import pandas as pd
+
     from kernelbook import profile, tables
 
     project = _project(args)
@@ -357,6 +525,8 @@ def cmd_roofline(args) -> int:
     dev = tables.read(args.device) if args.device else None
     problem = problems.get(study.problem)
     out = profile.roofline(prof, meas, dev, study.size_names, problem.flops)
+    if out.empty:  # nothing profiled (every variant failed or was not run)
+        out = pd.DataFrame(columns=tables.schema("roofline", study.size_names).names)
     tables.write(out, args.out, "roofline", study.size_names)
     return 0
 
@@ -365,7 +535,9 @@ def cmd_sanitize_gate(args) -> int:
     from kernelbook import sanitize, tables
 
     table = tables.read(args.table)
-    problems_found = sanitize.gate(table, args.study)
+    project = _project(args)
+    study = _load_study(args, project, args.study)
+    problems_found = sanitize.gate(table, args.study, {v.id: v.expect for v in study.variants})
     if problems_found:
         raise SanitizerFindings(
             f"{args.study}: compute-sanitizer findings not marked as known (add known_findings "
@@ -382,6 +554,47 @@ def cmd_sanitize_gate(args) -> int:
 
 class SanitizerFindings(RuntimeError):
     """A study has sanitizer findings its config does not explain."""
+
+
+class GateFailed(RuntimeError):
+    """A study has failures its config does not declare (``expect:``)."""
+
+
+def cmd_gate(args) -> int:
+    """The bench gate (or, without a GPU, the build gate) of one study."""
+    from kernelbook import gate, tables
+
+    project = _project(args)
+    study = _load_study(args, project, args.study)
+    expects = {v.id: v.expect for v in study.variants}
+
+    def read(path):
+        return tables.read(path) if path else None
+
+    found = gate.failures(
+        study.name,
+        expects,
+        build=read(args.build),
+        measurements=read(args.measurements),
+        profile=read(args.profile),
+    )
+    where = args.measurements or args.build
+    text = gate.summary(study.name, found, where)
+    if any(not f.expected for f in found):
+        raise GateFailed(text)
+    expected = [f for f in found if f.expected]
+    Path(args.out).write_text(
+        f"{study.name}: no unexpected failures"
+        + (
+            f"; {len(expected)} expected failure(s) of negative controls:\n  "
+            + "\n  ".join(f.line() for f in expected)
+            if expected
+            else ""
+        )
+        + "\n"
+    )
+    _eprint(Path(args.out).read_text().strip())
+    return 0
 
 
 def cmd_check(args) -> int:
@@ -403,6 +616,13 @@ def cmd_gather(args) -> int:
     from kernelbook import tables
 
     tables.gather(args.inputs, args.out, args.table)
+    return 0
+
+
+def cmd_stages(args) -> int:
+    from kernelbook import stages, tables
+
+    tables.write(stages.table(args.inputs, args.study), args.out, "stages")
     return 0
 
 
@@ -438,6 +658,12 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--cubin", required=True)
     s.add_argument("--build", help="build table row (Parquet)")
     s.add_argument("--sass", help="SASS opcode histogram (Parquet)")
+    s.add_argument(
+        "--record-failure",
+        action="store_true",
+        help="when nvcc fails: write a failed build row, an empty SASS table and an empty "
+        "cubin, and exit 0 (the pipeline's compile jobs; the bench gate reports it)",
+    )
     s.set_defaults(fn=cmd_compile)
 
     s = sub.add_parser("bench", help="check, then time one variant beside its baseline")
@@ -455,10 +681,14 @@ def parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--build-dir", help="for an autotuned variant: where its candidates' builds are")
     s.add_argument("--out", help="measurements table (Parquet)")
+    s.add_argument("--samples-out", help="every timed sample (samples table, Parquet)")
     s.add_argument(
+        "--record-failure",
         "--tolerate-failure",
+        dest="record_failure",
         action="store_true",
-        help="record a failing variant as failed rows instead of failing (autotuning)",
+        help="record a failing variant as failed rows (failure kind and message) and exit 0 "
+        "instead of failing (the pipeline's jobs; the bench gate reports them)",
     )
     s.set_defaults(fn=cmd_bench)
 
@@ -483,6 +713,11 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument("--build-dir", required=True, help="results/build/<study>")
         s.add_argument("--cubin", help="default: <build-dir>/<variant>/kernel.cubin")
         s.add_argument("--tuned-table", help="for an autotuned variant: its tuned table")
+        s.add_argument(
+            "--bench-table",
+            help="the variant's bench table: sizes it failed at are not run again "
+            "(a hang or a failed compile: not sanitized at all)",
+        )
         if name == "profile":
             s.add_argument("--reports", required=True, help="folder for the .ncu-rep files")
         s.set_defaults(fn=fn)
@@ -503,6 +738,16 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--out", required=True)
     s.set_defaults(fn=cmd_sanitize_gate)
 
+    s = sub.add_parser(
+        "gate", help="fail, with one line per failure, on failures the config does not expect"
+    )
+    s.add_argument("study")
+    s.add_argument("--build", help="the study's build table")
+    s.add_argument("--measurements", help="the study's measurements table (with a GPU)")
+    s.add_argument("--profile", help="the study's profile table (with a GPU)")
+    s.add_argument("--out", required=True)
+    s.set_defaults(fn=cmd_gate)
+
     s = sub.add_parser("check", help="published worklogs stale against current sources (exit 1)")
     s.add_argument("--worklogs", default="worklogs")
     s.set_defaults(fn=cmd_check)
@@ -516,6 +761,12 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("out")
     s.add_argument("inputs", nargs="*")
     s.set_defaults(fn=cmd_gather)
+
+    s = sub.add_parser("stages", help="a study's Snakemake benchmark files as one table")
+    s.add_argument("study")
+    s.add_argument("out")
+    s.add_argument("inputs", nargs="*")
+    s.set_defaults(fn=cmd_stages)
 
     s = sub.add_parser("select", help="autotuning: pick the best candidate per size")
     s.add_argument("study")
@@ -534,12 +785,12 @@ def main(argv=None) -> int:
     from kernelbook.profile import ProfileError
     from kernelbook.sanitize import SanitizeError
     from kernelbook.tables import TableError
-    from kernelbook.timing import Hang
+    from kernelbook.timing import DeviceFault, Hang, TimingError
 
     args = parser().parse_args(argv)
     try:
         return args.fn(args)
-    except (Hang, Crash) as e:
+    except (Hang, Crash, DeviceFault) as e:
         # The device is unusable (a kernel still running, or a dead context): say why and
         # leave without the clean-up that would wait on it.
         _eprint(f"kernelbook: error: {e}")
@@ -555,6 +806,8 @@ def main(argv=None) -> int:
         ProfileError,
         SanitizeError,
         SanitizerFindings,
+        GateFailed,
+        TimingError,
     ) as e:
         _eprint(f"kernelbook: error: {e}")
         return 1

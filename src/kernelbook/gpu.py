@@ -16,7 +16,41 @@ from pathlib import Path
 
 import kernelbook
 
-LOCK_DIR = Path(os.environ.get("KERNELBOOK_LOCK_DIR", "/tmp/kernelbook-gpu-locks"))
+# GPU locks must live on this node's own disk or memory: a folder shared between nodes
+# would make jobs on different hosts wait on each other's GPUs (or, where flock is not
+# coherent across hosts, not wait at all). See lock_dir().
+LOCK_DIR_ENV = "KERNELBOOK_LOCK_DIR"
+LOCK_DIR_DEFAULTS = ("/tmp/kernelbook-gpu-locks", "$XDG_RUNTIME_DIR/kernelbook-gpu-locks")
+# Filesystems that one host shares with others (mount types of /proc/self/mounts).
+SHARED_FS = frozenset(
+    {
+        "nfs",
+        "nfs4",
+        "cifs",
+        "smb3",
+        "smbfs",
+        "lustre",
+        "gpfs",
+        "beegfs",
+        "ceph",
+        "fuse.ceph",
+        "fuse.cephfs",
+        "glusterfs",
+        "fuse.glusterfs",
+        "fuse.sshfs",
+        "afs",
+        "panfs",
+        "pvfs2",
+        "orangefs",
+        "ocfs2",
+        "gfs2",
+        "wekafs",
+        "cvfs",
+        "fuse.juicefs",
+    }
+)
+# The model a job must run on: the <gpu> of the results path it writes (set by the rules).
+GPU_MODEL_ENV = "KERNELBOOK_GPU_MODEL"
 
 # NVML clock-event ("throttle") reason bits. Idle and the application-clock setting say
 # nothing about the measurement; the others mean the clocks were held down.
@@ -115,21 +149,111 @@ class Slot:
     lock: object  # open file holding the lock until the process ends
 
 
-def acquire_slot(wait_s: float = 3600.0) -> Slot:
+def filesystem_type(path: str | Path) -> str:
+    """The mount type (ext4, tmpfs, nfs4, lustre ...) of the filesystem holding ``path``, or
+    "" where /proc/self/mounts cannot say (the nearest existing parent is looked up)."""
+    p = Path(path).absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    p = p.resolve()
+    best, kind = "", ""
+    try:
+        lines = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return ""
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        mount = fields[1].replace("\\040", " ")
+        inside = str(p) == mount or str(p).startswith(mount.rstrip("/") + "/")
+        if inside and len(mount) >= len(best):
+            best, kind = mount, fields[2]
+    return kind
+
+
+class LockDirError(NoGpu):
+    """The GPU lock folder would be shared with other hosts."""
+
+
+def lock_dir() -> Path:
+    """The node-local folder of the GPU locks.
+
+    $KERNELBOOK_LOCK_DIR if set, else /tmp/kernelbook-gpu-locks, else (/tmp on a shared
+    filesystem) $XDG_RUNTIME_DIR/kernelbook-gpu-locks. A folder on a filesystem shared
+    between hosts (NFS, Lustre, GPFS, BeeGFS, CephFS ...) is refused: set KERNELBOOK_LOCK_DIR
+    to a local one. Lock files carry the host name besides the GPU's UUID as well.
+    """
+    explicit = os.environ.get(LOCK_DIR_ENV)
+    candidates = [explicit] if explicit else [os.path.expandvars(d) for d in LOCK_DIR_DEFAULTS]
+    refused = []
+    for d in candidates:
+        if "$" in d:  # $XDG_RUNTIME_DIR unset
+            continue
+        kind = filesystem_type(d)
+        if kind in SHARED_FS:
+            refused.append(f"{d} ({kind})")
+            continue
+        return Path(d)
+    how = f"{LOCK_DIR_ENV}={explicit}" if explicit else "the default GPU lock folders"
+    raise LockDirError(
+        f"{how}: on a filesystem shared between hosts ({', '.join(refused)}); GPU locks must "
+        f"be node-local: set {LOCK_DIR_ENV} to a folder on this host's own disk or tmpfs"
+    )
+
+
+def lock_name(uuid: str) -> str:
+    """<host>-<GPU UUID>.lock: unique per node even where two hosts share the folder."""
+    host = re.sub(r"[^A-Za-z0-9_.-]+", "_", socket.gethostname()) or "localhost"
+    return f"{host}-{uuid}.lock"
+
+
+def model_matches(model: str, gpu_slug: str) -> bool:
+    """Whether a GPU whose slug is ``gpu_slug`` (e.g. nvidia-h100-80gb-hbm3) is of the model
+    ``model`` names (h100, nvidia-h100, a100-80gb): every word of the model in the slug."""
+    want = slug(model).split("-")
+    have = gpu_slug.split("-")
+    return bool(want) and all(w in have for w in want)
+
+
+def acquire_slot(wait_s: float = 3600.0, preload: tuple[str, ...] = ("cupy", "torch")) -> Slot:
     """Take a GPU no other kernelbook job holds, and make it this process's only device.
 
     Snakemake never sets CUDA_VISIBLE_DEVICES; with --resources gpu=N it only limits how many
     GPU jobs run at once. Each job takes an exclusive lock on one GPU's UUID, so concurrent
     jobs land on distinct GPUs. Must run before CUDA is initialised in this process.
+
+    The ``preload`` modules are imported before the lock is taken (importing them does not
+    initialise CUDA): with more GPU jobs running than GPUs (``--resources gpu=2N`` on N
+    GPUs), a job's start-up then overlaps another job's measurement instead of holding the
+    GPU idle.
+
+    With $KERNELBOOK_GPU_MODEL set (the rules set it to the <gpu> of the results path a job
+    writes), a job handed a GPU of another model fails instead of measuring it: on a cluster
+    the scheduler, not this machine, picks the GPU.
     """
+    import contextlib
+    import importlib
+
+    for name in preload:
+        with contextlib.suppress(ImportError):  # the job itself says what is missing
+            importlib.import_module(name)
     info, why = detect()
     if info is None:
         raise NoGpu(f"no GPU to run on: {why}")
-    LOCK_DIR.mkdir(parents=True, exist_ok=True)
+    model = os.environ.get(GPU_MODEL_ENV, "")
+    if model and not model_matches(model, info.slug):
+        raise NoGpu(
+            f"this job writes results for GPU model '{model}' but got {info.names[0]} "
+            f"({info.slug}) on {socket.gethostname()}: ask for that model (gpu_model) or "
+            "measure into this one's results"
+        )
+    locks = lock_dir()
+    locks.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + wait_s
     while True:
         for i, uuid in enumerate(info.uuids):
-            f = open(LOCK_DIR / f"{uuid}.lock", "a+")  # noqa: SIM115 - held for the process
+            f = open(locks / lock_name(uuid), "a+")  # noqa: SIM115 - held for the process
             try:
                 fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -142,8 +266,8 @@ def acquire_slot(wait_s: float = 3600.0) -> Slot:
             os.environ["CUDA_VISIBLE_DEVICES"] = uuid
             return Slot(uuid, i, f)
         if time.monotonic() > deadline:
-            raise NoGpu(f"every visible GPU stayed locked for {wait_s:.0f} s ({LOCK_DIR})")
-        time.sleep(0.2)
+            raise NoGpu(f"every visible GPU stayed locked for {wait_s:.0f} s ({locks})")
+        time.sleep(0.02)
 
 
 class Sampler:
@@ -158,6 +282,7 @@ class Sampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.samples: list[tuple[float, float, float, float, int]] = []
+        self.stamps: list[float] = []  # time.monotonic() of each reading
 
     def _read(self):
         nv, h = self.nv, self.handle
@@ -170,13 +295,23 @@ class Sampler:
         )
         return (float(sm), float(mem), float(temp), float(power), int(get_reasons(h)))
 
+    def _stamped(self):
+        reading = self._read()
+        return reading, time.monotonic()
+
+    def _add(self):
+        reading, stamp = self._stamped()
+        self.samples.append(reading)
+        self.stamps.append(stamp)
+
     def _run(self):
         while not self._stop.is_set():
-            self.samples.append(self._read())
+            self._add()
             self._stop.wait(self.period)
 
     def __enter__(self):
-        self.samples = [self._read()]
+        self.samples, self.stamps = [], []
+        self._add()
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -186,7 +321,17 @@ class Sampler:
         self._stop.set()
         if self._thread:
             self._thread.join()
-        self.samples.append(self._read())
+        self._add()
+
+    def sm_clock_at(self, times) -> list[float | None]:
+        """The SM clock of the last reading at or before each of ``times`` (monotonic s)."""
+        import bisect
+
+        out = []
+        for t in times:
+            i = bisect.bisect_right(self.stamps, t) - 1
+            out.append(self.samples[max(i, 0)][0] if self.samples else None)
+        return out
 
     def summary(self) -> dict:
         import statistics
@@ -253,11 +398,22 @@ def _cuda_version_text(v: int) -> str:
 
 def git_commit(root: Path) -> str:
     """The commit measured: KERNELBOOK_GIT_COMMIT if set (a tree copied to a GPU host may
-    carry a .git whose HEAD is not the code that was sent), else git's HEAD (+ -dirty)."""
+    carry a .git whose HEAD is not the code that was sent), else the HEAD (+ -dirty) of the
+    repository whose top level is ``root``, else 'unknown'."""
     env = os.environ.get("KERNELBOOK_GIT_COMMIT")
     if env:
         return env
     try:
+        # The project's own repository only: a tree without .git placed inside another
+        # repository must not record the outer repository's commit.
+        top = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--show-toplevel"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        if top.returncode != 0 or Path(top.stdout.strip()).resolve() != Path(root).resolve():
+            return "unknown"
         out = subprocess.run(
             ["git", "-C", str(root), "rev-parse", "HEAD"],
             capture_output=True,

@@ -6,11 +6,14 @@ from __future__ import annotations
 import math
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pandas as pd
+
+from kernelbook.procs import ToolTimeout, run_tool
+
+NCU_TIMEOUT_S = 900.0  # timeouts.ncu_s's default
 
 # Sections give speed-of-light, occupancy with its limiters, launch resources, warp-stall
 # reasons and memory-workload counters; the metrics add what the roofline and the ladder's
@@ -67,7 +70,10 @@ def ncu_exe() -> str:
 
 
 def ncu_version() -> str:
-    out = subprocess.run([ncu_exe(), "--version"], capture_output=True, text=True).stdout
+    try:
+        out = run_tool([ncu_exe(), "--version"], timeout=60, what="ncu", setting="60 s").stdout
+    except ToolTimeout:
+        return "unknown"
     return out.strip().splitlines()[-1] if out.strip() else "unknown"
 
 
@@ -98,12 +104,19 @@ def ncu_command(entry: str, report: Path, launch_cmd: list[str], prof: dict) -> 
     return cmd + launch_cmd
 
 
-def run_ncu(entry: str, report: Path, launch_cmd: list[str], prof: dict, where: str, env) -> str:
+def run_ncu(
+    entry: str,
+    report: Path,
+    launch_cmd: list[str],
+    prof: dict,
+    where: str,
+    env,
+    timeout: float = NCU_TIMEOUT_S,
+) -> str:
+    """ncu on one launch; past ``timeout`` (timeouts.ncu_s) its process group, the launch
+    helper included, is killed and ToolTimeout raised."""
     cmd = ncu_command(entry, report, launch_cmd, prof)
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
-    except subprocess.TimeoutExpired:
-        raise ProfileError(f"{where}: ncu did not finish within 1800 s") from None
+    proc = run_tool(cmd, timeout=timeout, what=where, setting="timeouts.ncu_s", env=env)
     log = proc.stdout + proc.stderr
     rep = Path(str(report) + ".ncu-rep")
     if proc.returncode != 0 or not rep.is_file():
@@ -179,8 +192,14 @@ def profile_variant(
     report_dir: Path,
     slot_uuid: str,
     log=lambda s: print(s, file=sys.stderr, flush=True),
+    skip: dict[str, tuple[str, str]] | None = None,
 ) -> list[dict]:
-    """Profile ``variant`` at each size in its own ncu process; rows of the profile table."""
+    """Profile ``variant`` at each size in its own ncu process; rows of the profile table.
+
+    ``skip`` maps size labels the bench found failing to (kind, reason): they are not run
+    again, and get one ``not_run`` row. An ncu run that fails or runs past timeouts.ncu_s
+    gets one ``failed`` row (kind tool or hang), and the other sizes go on.
+    """
     from kernelbook import gpu, problems
     from kernelbook.build import sha256_file
     from kernelbook.cli import launch_command
@@ -188,6 +207,7 @@ def profile_variant(
     problem = problems.get(study.problem)
     facts = gpu.device_facts(slot_uuid)
     version = ncu_version()
+    timeout = float(project.settings.get("timeouts", {}).get("ncu_s", NCU_TIMEOUT_S))
     prov = {
         "study": study.name,
         "variant": variant.id,
@@ -201,7 +221,28 @@ def profile_variant(
     }
     env = {**os.environ, "KERNELBOOK_SLOT_HELD": "1", "CUDA_VISIBLE_DEVICES": slot_uuid}
     report_dir.mkdir(parents=True, exist_ok=True)
+    skip = skip or {}
     rows = []
+
+    def marker(s, label, status, kind, reason):
+        log(f"{study.name}/{variant.id} at {label}: {status.replace('_', ' ')} ({kind}): {reason}")
+        rows.append(
+            {
+                **prov,
+                **s,
+                "size": label,
+                "status": status,
+                "reason": reason,
+                "failure": kind,
+                "metric": None,
+                "value": None,
+                "unit": None,
+                "kernel": None,
+                "report": None,
+                "measured_at": gpu.now(),
+            }
+        )
+
     for s in sizes:
         label = problem.label(s)
         where = f"{study.name}/{variant.id} at {label}"
@@ -209,10 +250,21 @@ def profile_variant(
         if unmet:
             log(f"{where}: not profiled, requires {' and '.join(unmet)}")
             continue
+        if label in skip:
+            kind, why = skip[label]
+            marker(s, label, "not_run", kind, f"not profiled: the bench failed here ({why})")
+            continue
         report = report_dir / label
         launch = launch_command(project, study, variant, label, cubin)
-        run_ncu(variant.entry, report, launch, study.profile, where, env)
-        kernel, metrics = read_report(Path(str(report) + ".ncu-rep"))
+        try:
+            run_ncu(variant.entry, report, launch, study.profile, where, env, timeout)
+            kernel, metrics = read_report(Path(str(report) + ".ncu-rep"))
+        except ToolTimeout as e:
+            marker(s, label, "failed", "hang", str(e))
+            continue
+        except ProfileError as e:
+            marker(s, label, "failed", "tool", str(e))
+            continue
         log(f"{where}: {len(metrics)} metrics from {report.name}.ncu-rep")
         now = gpu.now()
         for name, value, unit in metrics:
@@ -221,6 +273,9 @@ def profile_variant(
                     **prov,
                     **s,
                     "size": label,
+                    "status": "ok",
+                    "reason": None,
+                    "failure": None,
                     "metric": name,
                     "value": value,
                     "unit": unit,
@@ -230,6 +285,13 @@ def profile_variant(
                 }
             )
     return rows
+
+
+def profiled(profile: pd.DataFrame) -> pd.DataFrame:
+    """The metric rows of a profile table (not_run and failed rows hold no metric)."""
+    if "status" not in profile.columns:
+        return profile
+    return profile[profile["status"].isna() | (profile["status"] == "ok")]
 
 
 # ------------------------------------------------------------------------------------------
@@ -275,6 +337,7 @@ def roofline(
     """One row per (variant, size) of the profile table: work, traffic, intensities, bounds."""
     ceil = ceilings(device) if device is not None else {}
     out = []
+    profile = profiled(profile)
     for (study, variant, size), grp in profile.groupby(["study", "variant", "size"], sort=False):
         wide = grp.set_index("metric")["value"]
         first = grp.iloc[0]

@@ -31,8 +31,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 WORKLOGS = "worklogs"
-DATA_TABLES = ("measurements", "device", "build", "sass", "profile", "roofline", "sanitizer")
-OPTIONAL = ("profile", "roofline", "sanitizer")
+DATA_TABLES = (
+    "measurements",
+    "device",
+    "build",
+    "sass",
+    "profile",
+    "roofline",
+    "sanitizer",
+    "samples",
+    "stages",
+)
+OPTIONAL = ("profile", "roofline", "sanitizer", "samples", "stages")
+# Read by the page only, not by a study's own figures notebook: the stages table holds the
+# time of the study_figures job, so it cannot be that job's input.
+PAGE_ONLY = ("samples", "stages")
 
 
 class PublishError(RuntimeError):
@@ -51,6 +64,8 @@ def result_paths(results: str | Path, gpu: str, study: str) -> dict[str, Path]:
         "profile": here / "profile.parquet",
         "roofline": here / "roofline.parquet",
         "sanitizer": here / "sanitizer.parquet",
+        "samples": here / "samples.parquet",
+        "stages": here / "stages.parquet",
         "meta": r / "build" / study / "study.json",
         "md": here / "worklog.md",
         "html": here / "worklog.html",
@@ -147,7 +162,8 @@ def render_tables(tables: dict[str, Path], outdir: Path, study: str, analysis="a
         extra = None
         if study_nb.is_file():
             extra = Path(tmp) / "study_figures"
-            job = notebook.job(tables, {"figures": extra}, {"mode": "measured"})
+            own = {k: v for k, v in tables.items() if k not in PAGE_ONLY}  # as rule study_figures
+            job = notebook.job(own, {"figures": extra}, {"mode": "measured"})
             notebook.run(study_nb, job, Path(tmp) / f"{study}.ipynb")
         worklog.render(tables, outdir, mode="measured", study_figures=extra)
 
@@ -574,13 +590,14 @@ class Worklogs:
         rules = getattr(self.workflow, "rules", None) or ()
         return any(r.name not in self.OWN_RULES and r.is_producer(path) for r in rules)
 
-    def study_tables(self, wildcards) -> dict[str, str]:
-        """The tables a study's figures and page are made from (named, for unpack)."""
+    def study_tables(self, wildcards, page: bool = False) -> dict[str, str]:
+        """The tables a study's figures (and with ``page``, its page) are made from."""
         gpu, study = wildcards.gpu, wildcards.study
+        optional = OPTIONAL if page else tuple(n for n in OPTIONAL if n not in PAGE_ONLY)
         if self.measured_here(gpu, study):
             paths = result_paths(self.results, gpu, study)
             named = {k: str(paths[k]) for k in self.REQUIRED}
-            for name in OPTIONAL:
+            for name in optional:
                 if self.producible(str(paths[name])) or paths[name].is_file():
                     named[name] = str(paths[name])
             return named
@@ -588,14 +605,14 @@ class Worklogs:
         # a table; the page then says what it could not show)
         paths = published_paths(self.worklogs, gpu, study)
         named = {"measurements": str(paths["measurements"])}
-        for name in (*self.REQUIRED, *OPTIONAL):
+        for name in (*self.REQUIRED, *optional):
             if name != "measurements" and paths[name].is_file():
                 named[name] = str(paths[name])
         return named
 
     def worklog_inputs(self, wildcards) -> dict[str, str]:
         """The tables, plus the study notebook's figures when analysis/<study>.ipynb exists."""
-        named = self.study_tables(wildcards)
+        named = self.study_tables(wildcards, page=True)
         if (self.analysis / f"{wildcards.study}.ipynb").is_file():
             named["study_figures"] = (
                 f"{self.results}/{wildcards.gpu}/{wildcards.study}/study_figures"

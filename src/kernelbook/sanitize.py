@@ -5,11 +5,18 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import sys
 from dataclasses import dataclass
 
+from kernelbook.procs import ToolTimeout, run_tool
+
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
+SANITIZER_TIMEOUT_S = 600.0  # timeouts.sanitizer_s's default
+# A negative control's `expect` that a sanitizer tool must report (else the gate fails).
+EXPECT_TOOL = {"out_of_bounds": "memcheck", "race": "racecheck"}
+# Bench failures after which the sanitizer is not run: nothing would come of it but a
+# time-out (hang) or the same error (no cubin, no kernel to load).
+NOT_RERUN = frozenset({"hang", "compile", "launch", "no_winner"})
 
 _SUMMARY = re.compile(r"=+ ERROR SUMMARY: (\d+) errors?")
 _RACE_SUMMARY = re.compile(
@@ -79,8 +86,13 @@ def sanitize_variant(
     slot_uuid,
     tools=TOOLS,
     log=lambda s: print(s, file=sys.stderr, flush=True),
+    skip: tuple[str, str] | None = None,
+    expect: str | None = None,
 ) -> list[dict]:
-
+    """Each tool on ``variant`` at ``size``, in its own process group, within
+    timeouts.sanitizer_s. ``skip`` (kind, reason): the bench found it hangs or cannot run,
+    so each tool gets a ``not_run`` row instead. ``expect``: the declared variant's
+    `expect` (a negative control's findings are ``expected``, not ``findings``)."""
     from kernelbook import gpu, problems
     from kernelbook.build import sha256_file
     from kernelbook.cli import launch_command
@@ -90,25 +102,51 @@ def sanitize_variant(
     facts = gpu.device_facts(slot_uuid)
     env = {**os.environ, "KERNELBOOK_SLOT_HELD": "1", "CUDA_VISIBLE_DEVICES": slot_uuid}
     known = variant.known_findings
-    rows = []
-    for tool in tools:
+    timeout = float(project.settings.get("timeouts", {}).get("sanitizer_s", SANITIZER_TIMEOUT_S))
+    where = f"{study.name}/{variant.id} at {label}"
+
+    def sanitize_with(tool) -> tuple[Findings, int, str | None]:
+        """(findings, exit code, verdict when not read from the findings)."""
+        if skip is not None:
+            return Findings(tool, 0, 0, f"not run: the bench failed ({skip[1]})"), -1, "not_run"
         launch = launch_command(project, study, variant, label, cubin, "--exact")
         padding = project.settings["sanitize"]["padding_bytes"]
         cmd = sanitizer_command(sanitizer_exe(), tool, launch, padding)
-        limit = max(300.0, 20 * float(study.timing["launch_timeout_s"]))
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=limit)
-            f, code = parse(tool, proc.stdout + proc.stderr), proc.returncode
-        except subprocess.TimeoutExpired:
-            f, code = Findings(tool, 1, 0, f"did not finish within {limit:.0f} s (hang?)"), -1
-        verdict = (
-            "clean"
-            if f.errors == 0 and f.warnings == 0
-            else ("known" if tool in known else "findings")
-        )
+            proc = run_tool(
+                cmd,
+                timeout=timeout,
+                what=f"{where}: {tool}",
+                setting="timeouts.sanitizer_s",
+                env=env,
+            )
+        except ToolTimeout as e:
+            return Findings(tool, 0, 0, str(e)), -1, "hang"
+        try:
+            return parse(tool, proc.stdout + proc.stderr), proc.returncode, None
+        except SanitizeError as e:
+            return Findings(tool, 0, 0, f"{where}: {e}"), proc.returncode, "failed"
+
+    # The tools check correctness, not time: they run side by side, each its own process
+    # group with its own time limit.
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=len(tools) or 1) as pool:
+        results = list(pool.map(sanitize_with, tools))
+    rows = []
+    for tool, (f, code, verdict) in zip(tools, results, strict=True):
+        if verdict is None:
+            if f.errors == 0 and f.warnings == 0:
+                verdict = "clean"
+            elif tool in known:
+                verdict = "known"
+            elif expect is not None:
+                verdict = "expected"
+            else:
+                verdict = "findings"
         log(
-            f"{study.name}/{variant.id} at {label}: {tool}: {f.errors} errors, {f.warnings} "
-            f"warnings -> {verdict}" + (f" ({f.first})" if f.first else "")
+            f"{where}: {tool}: {f.errors} errors, {f.warnings} warnings -> {verdict}"
+            + (f" ({f.first})" if f.first else "")
         )
         rows.append(
             {
@@ -133,11 +171,31 @@ def sanitize_variant(
     return rows
 
 
-def gate(table, study_name: str) -> list[str]:
-    """Unexplained findings in a study's sanitizer table, one line each (empty: all clean)."""
-    bad = table[table["verdict"] == "findings"]
-    return [
-        f"{study_name}/{r.variant} at {r.size}: {r.tool} reports {r.errors} error(s), "
-        f"{r.warnings} warning(s): {r.first_finding or 'see its log'}"
-        for r in bad.itertuples()
-    ]
+def gate(table, study_name: str, expects: dict[str, str | None] | None = None) -> list[str]:
+    """Unexplained findings in a study's sanitizer table, one line each (empty: all clean).
+
+    Findings, hangs and failed runs of a negative control (a variant with ``expect``) are
+    expected; a control whose `expect` names what a tool catches (EXPECT_TOOL) fails the
+    gate when that tool finds nothing. A ``not_run`` row is the bench gate's to report.
+    """
+    expects = expects or {}
+    out = []
+    for r in table.itertuples():
+        expect = expects.get(r.variant)
+        if r.verdict in ("findings", "hang", "failed") and expect is None:
+            what = (
+                f"reports {r.errors} error(s), {r.warnings} warning(s)"
+                if r.verdict == "findings"
+                else ("ran out of time" if r.verdict == "hang" else "failed")
+            )
+            out.append(
+                f"{study_name}/{r.variant} at {r.size}: {r.tool} {what}: "
+                f"{r.first_finding or 'see its log'}"
+            )
+        elif EXPECT_TOOL.get(expect) == r.tool and r.verdict in ("clean", "not_run"):
+            out.append(
+                f"{study_name}/{r.variant} at {r.size}: declared expect: {expect} (a negative "
+                f"control), but {r.tool} "
+                + ("found nothing" if r.verdict == "clean" else "did not run")
+            )
+    return out

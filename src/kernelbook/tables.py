@@ -16,7 +16,9 @@ from kernelbook.config import SCHEMA_DIR, ConfigError, read_yaml
 
 _TYPES = {
     "string": pa.string(),
+    "int32": pa.int32(),
     "int64": pa.int64(),
+    "float32": pa.float32(),
     "float64": pa.float64(),
     "bool": pa.bool_(),
     "timestamp": pa.timestamp("us", tz="UTC"),
@@ -70,6 +72,10 @@ def to_arrow(rows: list[dict] | pd.DataFrame, table: str, size_names=()) -> pa.T
     return pa.Table.from_pandas(df, schema=sch, preserve_index=False)
 
 
+# Tables with many rows of few distinct strings (raw samples) are written with zstd.
+_COMPRESSION = {"samples": "zstd"}
+
+
 def write(rows, path: str | Path, table: str, size_names=(), metadata: dict | None = None) -> None:
     """Write rows as Parquet, atomically: a reader never sees a half-written file."""
     tbl = to_arrow(rows, table, size_names)
@@ -88,7 +94,7 @@ def write(rows, path: str | Path, table: str, size_names=(), metadata: dict | No
     os.umask(umask)
     os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; a table is for every reader
     try:
-        pq.write_table(tbl, tmp)
+        pq.write_table(tbl, tmp, compression=_COMPRESSION.get(table, "snappy"))
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -1,24 +1,60 @@
-"""The measurement loop, written once: warm-up, L2 flush, interleaving, adaptive stopping.
+"""The measurement loop, written once: warm-up, L2 flush, a blocking kernel, interleaving,
+and the stopping rule (kernelbook.stopping).
 
-Every sample is timed on the device with two CUDA events on one stream around a single
-launch (or, in graph mode, around the replay of a graph of launches). With ``cache: cold``
-a buffer twice the device's L2 is written before each sample, outside the timed region.
-The variant and its baseline are sampled alternately, so both see the same clocks and
-temperature, and "% of baseline" is a ratio measured side by side.
+No host time is counted in a sample. Before each sample a *blocking kernel* (one thread)
+is queued that spins on a flag in pinned, device-mapped host memory; behind it the L2 flush,
+the start event, the launch(es) being timed and the end event are queued; then the host
+releases the flag. The GPU runs flush, start event, launch and end event back to back, so
+the interval between the events never holds a gap while the host was still launching (the
+technique of nvbench's blocking kernel). Without it, a flush that ends before the host has
+launched the kernel charges the host's launch time to the kernel: a torch call costs more
+host time than a CuPy launch, so a torch baseline would be charged more than the variant.
+
+With ``cache: cold`` the flush *reads* a buffer twice the size of the device's L2 before
+each sample: every line a previous launch left (dirty ones are written back during the
+flush, outside the timed region) is evicted, and L2 is left holding clean lines of the
+flush buffer, as after an invalidation. ``warm`` does not flush.
+
+The functions of a measurement (variant, baseline, copy) are sampled alternately, so all
+see the same clocks and temperature, and "% of baseline" is a ratio measured side by side.
+The blocking kernel gives up after ``block_timeout_s``; a sample whose queueing took longer
+(a function that synchronises with the host cannot be covered) is dropped, and a function
+that never fits is an error rather than a silently biased number.
 """
 
 from __future__ import annotations
 
+import ctypes
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
+
+from kernelbook import stopping
+from kernelbook.stopping import rse_of_median
+
+__all__ = ["Hang", "DeviceFault", "TimingError", "Stats", "Timer", "rse_of_median"]
+
+CUDA_SUCCESS = 0
+CUDA_ERROR_NOT_READY = 600  # cudaErrorNotReady
 
 
 class Hang(RuntimeError):
     """A launch did not finish within the configured time."""
+
+    kind = "hang"
+
+
+class DeviceFault(RuntimeError):
+    """The device reported an error (a crashed kernel leaves a sticky error in the context)."""
+
+    kind = "crash"
+
+
+class TimingError(RuntimeError):
+    """A function cannot be timed honestly (it synchronises with the host)."""
 
 
 @dataclass(frozen=True)
@@ -33,13 +69,16 @@ class Stats:
     std: float
     rse_median: float
     converged: bool
+    stop_reason: str = ""
+    samples: tuple[float, ...] = field(default=(), repr=False)  # ms, in sampling order
+    times: tuple[float, ...] = field(default=(), repr=False)  # host monotonic s at each end
 
     @property
     def rel_std(self) -> float:
         return self.std / self.mean if self.mean else math.nan
 
     @classmethod
-    def of(cls, samples, converged: bool) -> Stats:
+    def of(cls, samples, converged: bool, stop_reason: str = "", times=()) -> Stats:
         a = np.asarray(samples, dtype=np.float64)
         q1, med, q3 = np.percentile(a, [25, 50, 75])
         return cls(
@@ -53,17 +92,93 @@ class Stats:
             std=float(a.std(ddof=1)) if a.size > 1 else 0.0,
             rse_median=rse_of_median(a),
             converged=converged,
+            stop_reason=stop_reason,
+            samples=tuple(float(x) for x in a),
+            times=tuple(float(t) for t in times),
         )
 
 
-def rse_of_median(a: np.ndarray) -> float:
-    """Relative standard error of the median: 1.2533 * sigma / sqrt(n) / median, with sigma
-    estimated robustly from the interquartile range (outliers barely move it)."""
-    if a.size < 2:
-        return math.inf
-    q1, med, q3 = np.percentile(a, [25, 50, 75])
-    sigma = (q3 - q1) / 1.349
-    return float(1.2533 * sigma / math.sqrt(a.size) / med) if med > 0 else math.inf
+# The blocking kernel and the read-only L2 flush, compiled once per process (NVRTC).
+_DEVICE_SOURCE = r"""
+extern "C" __global__ void kb_hold(volatile int* flags, unsigned long long timeout_ns) {
+    // flags[0]: released by the host; flags[1]: set here when the host never released it.
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    while (flags[0] == 0) {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        if (t - t0 > timeout_ns) {
+            flags[1] = 1;
+            break;
+        }
+        __nanosleep(500);
+    }
+    __threadfence_system();
+}
+
+extern "C" __global__ void kb_flush(const int4* __restrict__ buf, unsigned long long n,
+                                    int key, int* sink) {
+    // Reads every line of buf; the store is never taken (key is chosen so), but the
+    // compiler cannot know, so the loads stay.
+    int acc = 0;
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+         i < n; i += (unsigned long long)gridDim.x * blockDim.x) {
+        int4 v = buf[i];
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == key) sink[0] = acc;
+}
+"""
+
+_MODULE = None
+
+
+def _device_module():
+    global _MODULE
+    if _MODULE is None:
+        import cupy as cp
+
+        _MODULE = cp.RawModule(code=_DEVICE_SOURCE, options=("--std=c++17",))
+    return _MODULE
+
+
+class _HostFlags:
+    """Two ints in pinned, device-mapped host memory (UVA: one address for both sides)."""
+
+    def __init__(self):
+        import cupy as cp
+
+        rt = cp.cuda.runtime
+        mapped = getattr(rt, "hostAllocMapped", 2)
+        portable = getattr(rt, "hostAllocPortable", 1)
+        self.ptr = rt.hostAlloc(8, mapped | portable)
+        self._rt = rt
+        self.release = ctypes.c_int.from_address(self.ptr)
+        self.timed_out = ctypes.c_int.from_address(self.ptr + 4)
+
+    def arm(self):
+        self.release.value = 0
+        self.timed_out.value = 0
+
+    def close(self):
+        if self.ptr:
+            self._rt.freeHost(self.ptr)
+            self.ptr = 0
+
+
+def event_status(event) -> int:
+    """cudaEventQuery's status code for a CuPy event (CuPy returns it without raising)."""
+    import cupy as cp
+
+    return int(cp.cuda.runtime.eventQuery(event.ptr))
+
+
+def error_name(status: int) -> str:
+    import cupy as cp
+
+    try:
+        return cp.cuda.runtime.getErrorName(status)
+    except Exception:  # an unknown code
+        return f"CUDA error {status}"
 
 
 class Timer:
@@ -74,40 +189,95 @@ class Timer:
 
         self.cp = cp
         self.policy = policy
+        self.rule = stopping.Rule.of(policy)
         self.stream = cupy_stream
         self.torch_stream = torch_stream
         self.cold = policy["cache"] == "cold"
-        # Writing twice the L2 evicts everything a previous launch left there.
+        self.blocking = bool(policy.get("blocking_kernel", True))
+        self.block_timeout_ns = int(float(policy.get("block_timeout_s", 2.0)) * 1e9)
+        # Reading twice the L2 evicts everything a previous launch left there.
         self.flush_bytes = 2 * int(l2_bytes) if self.cold else 0
-        self._flush_buf = cp.empty(self.flush_bytes // 4, dtype=cp.float32) if self.cold else None
-        self._flip = 0.0
+        self._flush_buf = (
+            cp.zeros(self.flush_bytes // 16 * 4, dtype=cp.int32) if self.cold else None
+        )
+        self._sink = cp.zeros(1, dtype=cp.int32)
+        self._flags = _HostFlags() if self.blocking else None
+        mod = _device_module() if (self.cold or self.blocking) else None
+        self._hold = mod.get_function("kb_hold") if self.blocking else None
+        self._flush_kernel = mod.get_function("kb_flush") if self.cold else None
+        sms = int(cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["multiProcessorCount"])
+        self._flush_grid = (sms * 4,)
+        self._start, self._end = cp.cuda.Event(), cp.cuda.Event()
+        self.dropped = 0  # samples dropped because the host outlasted the blocking kernel
+
+    def close(self):
+        """Free the host flags once the stream is idle. After a crash the context is dead:
+        the flags are left to the process's exit rather than raising over the crash."""
+        if self._flags is None:
+            return
+        try:
+            self.wait_stream("timer close")
+            self._flags.close()
+        except Exception:  # DeviceFault, Hang, a CUDA error: the error that matters is raised
+            pass
+        self._flags = None
 
     def flush(self) -> None:
         if self._flush_buf is not None:
-            self._flip = 1.0 - self._flip
-            self._flush_buf.fill(self._flip)
+            n = np.uint64(self._flush_buf.size // 4)
+            with self.stream:
+                self._flush_kernel(
+                    self._flush_grid, (512,), (self._flush_buf, n, np.int32(0x5A5A5A5A), self._sink)
+                )
 
     def wait(self, event, what: str) -> None:
-        """Wait for ``event``; a launch still running after launch_timeout_s is a hang."""
+        """Wait for ``event``. A launch still running after launch_timeout_s is a hang; an
+        error status (a kernel that faulted leaves the context in a sticky error) is a
+        fault, reported at once."""
         timeout = float(self.policy["launch_timeout_s"])
         start = time.monotonic()
         pause = 0.0
-        while not event.done:
+        while True:
+            status = event_status(event)
+            if status == CUDA_SUCCESS:
+                return
+            if status != CUDA_ERROR_NOT_READY:
+                raise DeviceFault(
+                    f"{what}: the device reported {error_name(status)} (a kernel crashed)"
+                )
             elapsed = time.monotonic() - start
             if elapsed > timeout:
                 raise Hang(f"{what}: still running after {timeout:.0f} s (launch_timeout_s); hang?")
-            pause = min(0.01, pause + 0.0001)
-            time.sleep(pause)
+            if elapsed > 0.0005:
+                pause = min(0.002, pause + 0.00005)
+                time.sleep(pause)
+
+    def _sample(self, fn: Callable[[], None], what: str, flush: bool) -> float | None:
+        """One timed launch of ``fn`` (with the flush before it), queued behind the blocking
+        kernel; None when the host took longer than the blocking kernel waits."""
+        flags = self._flags
+        if flags is not None:
+            flags.arm()
+            with self.stream:
+                self._hold((1,), (1,), (np.uint64(flags.ptr), np.uint64(self.block_timeout_ns)))
+        if flush:
+            self.flush()
+        self._start.record(self.stream)
+        fn()
+        self._end.record(self.stream)
+        if flags is not None:
+            flags.release.value = 1
+        self.wait(self._end, what)
+        if flags is not None and flags.timed_out.value:
+            self.dropped += 1
+            return None
+        return self.cp.cuda.get_elapsed_time(self._start, self._end)
 
     def run_once(self, fn: Callable[[], None], what: str) -> float:
-        """Launch once, wait (with the hang check), return the event-timed milliseconds."""
-        cp = self.cp
-        start, end = cp.cuda.Event(), cp.cuda.Event()
-        start.record(self.stream)
-        fn()
-        end.record(self.stream)
-        self.wait(end, what)
-        return cp.cuda.get_elapsed_time(start, end)
+        """Launch once (no flush), wait (with the hang and fault checks), return the
+        event-timed milliseconds."""
+        t = self._sample(fn, what, flush=False)
+        return t if t is not None else math.nan
 
     def _graph(self, fn, what):
         import torch
@@ -125,12 +295,8 @@ class Timer:
         ev.record(self.stream)
         self.wait(ev, what)
 
-    def _quiet(self, samples: dict[str, list[float]]) -> bool:
-        target = self.policy["target_rse"]
-        return all(rse_of_median(np.asarray(s)) <= target for s in samples.values())
-
     def measure(self, fns: dict[str, Callable[[], None]], what: str) -> dict[str, Stats]:
-        """Sample every function alternately until all meet the stopping rule or time is up."""
+        """Sample every function alternately until the stopping rule says stop."""
         p = self.policy
         per_launch = dict.fromkeys(fns, 1)
         runners = dict(fns)
@@ -142,22 +308,28 @@ class Timer:
                 fn()
             self.wait_stream(f"{what} [{name}] warm-up")
         samples: dict[str, list[float]] = {name: [] for name in fns}
+        times: dict[str, list[float]] = {name: [] for name in fns}
         start = time.monotonic()
-        n = 0
+        misses = 0
         while True:
             for name, fn in runners.items():
-                self.flush()
-                t = self.run_once(fn, f"{what} [{name}]")
+                t = self._sample(fn, f"{what} [{name}]", flush=self.cold)
+                if t is None:
+                    misses += 1
+                    if misses > 5 and misses > len(samples[name]):
+                        raise TimingError(
+                            f"{what} [{name}]: queueing one sample took the host longer than "
+                            f"block_timeout_s ({self.block_timeout_ns / 1e9:g} s) {misses} "
+                            "times; a function that synchronises with the host cannot be "
+                            "timed behind the blocking kernel"
+                        )
+                    continue
                 samples[name].append(t / per_launch[name])
-            n += 1
-            out_of_time = time.monotonic() - start > p["max_time_s"]
-            if n >= p["max_samples"] or (n >= p["min_samples"] and out_of_time):
+                times[name].append(time.monotonic())
+            verdict = stopping.decide(self.rule, samples, time.monotonic() - start)
+            if verdict.stop:
                 break
-            if n >= p["min_samples"] and (n < 50 or n % 10 == 0):
-                # GPU time spent on all functions together: a fast baseline beside a slow
-                # variant should not hold the measurement open on its own.
-                spent = sum(sum(s) * per_launch[k] for k, s in samples.items()) / 1000.0
-                if spent >= p["min_time_s"] and self._quiet(samples):
-                    break
-        converged = self._quiet(samples)
-        return {name: Stats.of(s, converged) for name, s in samples.items()}
+        return {
+            name: Stats.of(s, verdict.converged, verdict.reason, times[name])
+            for name, s in samples.items()
+        }

@@ -53,7 +53,11 @@ def select(candidates: pd.DataFrame, tuned: str) -> pd.DataFrame:
                 ):
                     best[col] = None
             best["variant"], best["variant_kind"], best["tuned_from"] = tuned, "tuned", tuned
-            best["status"] = "skipped"
+            # candidates that failed (not merely ruled out by `requires`): the tuned variant
+            # failed here, and the bench gate says so
+            failed = (group["status"] == "failed").any()
+            best["status"] = "failed" if failed else "skipped"
+            best["failure"] = "no_winner" if failed else None
             best["reason"] = "no candidate ran: " + "; ".join(reasons)[:2000]
             best["tune_point"] = None
             best["correct"] = None

@@ -32,10 +32,20 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kernelbook import figures, problems, tune
+from kernelbook import figures, problems, quality, tune
 
-TABLES = ("measurements", "device", "build", "sass", "profile", "roofline", "sanitizer")
-OPTIONAL_TABLES = ("profile", "roofline", "sanitizer")
+TABLES = (
+    "measurements",
+    "device",
+    "build",
+    "sass",
+    "profile",
+    "roofline",
+    "sanitizer",
+    "samples",
+    "stages",
+)
+OPTIONAL_TABLES = ("profile", "roofline", "sanitizer", "samples", "stages")
 META = "study.json"
 DASH = "—"
 
@@ -259,6 +269,11 @@ def load(paths: Mapping[str, str | Path], mode: str = "measured") -> StudyData:
         p = paths.get(name)
         if p is not None and p.is_file():
             loaded[name] = tables.read(p)
+    prof = loaded.get("profile")
+    if prof is not None and "status" in prof.columns:
+        # not_run and failed rows hold no metric: the failures section reads them
+        loaded["profile_status"] = prof
+        loaded["profile"] = prof[prof["status"].isna() | (prof["status"] == "ok")]
     meas = loaded["measurements"]
     meta_path = paths.get("meta")
     meta = (
@@ -288,6 +303,55 @@ def fmt(x, digits: int = 4) -> str:
     if 10**digits <= abs(v) < 1e6:
         return f"{v:.0f}"
     return f"{v:.{digits}g}"
+
+
+def failures(data: StudyData) -> list:
+    """The study's failed (variant, size) pairs, as the bench gate sees them."""
+    from kernelbook import gate
+
+    expects = {v["id"]: v.get("expect") for v in data.meta.get("variants", [])}
+    return gate.failures(
+        data.study,
+        expects,
+        build=data.table("build"),
+        measurements=data.measurements,
+        profile=data.table("profile_status"),
+    )
+
+
+def failures_section(data: StudyData) -> list[str]:
+    """Markdown lines of the page's first section when something failed (else none)."""
+    found = failures(data)
+    if not found:
+        return []
+    groups: dict[tuple, list] = {}
+    for f in found:
+        groups.setdefault((f.variant, f.stage, f.kind, f.expected), []).append(f)
+    bad = sum(1 for f in found if not f.expected)
+    L = ["## Failures", ""]
+    L.append(
+        f"{len(found)} (variant, size) failed"
+        + (f", {bad} of them unexpectedly" if bad else ", all as their negative control expects")
+        + ": their rows hold no timing, and the rest of this page shows what did run. "
+        + ("The run that made this page exited non-zero (bench gate)." if bad else "")
+    )
+    L.append("")
+    rows = []
+    for (variant, stage, kind, expected), fs in groups.items():
+        msg = " ".join(str(fs[0].message or "").split())
+        rows.append(
+            [
+                f"**{variant}**",
+                ", ".join(dict.fromkeys(f.size for f in fs)),
+                stage,
+                kind,
+                "expected" if expected else "**unexpected**",
+                _esc(msg if len(msg) <= 300 else msg[:297] + "..."),
+            ]
+        )
+    L.append(md_table(["variant", "sizes", "stage", "kind", "", "message"], rows, "llllll"))
+    L.append("")
+    return L
 
 
 def _isnull(x) -> bool:
@@ -471,7 +535,8 @@ def provenance(data: StudyData) -> dict[str, str]:
             if "flush_bytes" in m and m["flush_bytes"].max() > 0
             else ""
         ),
-        "timing": _unique(m, "timing_method"),
+        "timing": _unique(m, "timing_method") + ": " + quality.timer_description(m),
+        "stopping": quality.stop_reasons(m),
         "baseline": _unique(m, "baseline_mode") or _unique(m, "baseline"),
         "compiler": f"nvcc {_unique(m, 'nvcc_version')}, {_unique(m, 'arch')}, "
         f"flags {_unique(m, 'nvcc_flags')}",
@@ -859,6 +924,13 @@ def make_figures(
         ),
     )
     attempt(
+        "distribution",
+        "Sample distribution at the headline size",
+        lambda: quality.distribution(
+            data.measurements, data.table("samples"), order, outdir, size_label=size
+        ),
+    )
+    attempt(
         "autotune",
         "Autotuning search",
         lambda: figures.autotune(
@@ -908,6 +980,7 @@ def render_markdown(
     if meta.get("question"):
         L.append(f"**Question.** {meta['question']}")
         L.append("")
+    L += failures_section(data)
     if data.mode == "replay":
         L.append(
             f"> **Rendered from published data measured on {s['measured_from']}"
@@ -960,6 +1033,8 @@ def render_markdown(
     L.append(_ladder_table(data, order, head, base, unit, fom))
     L.append("")
 
+    L += quality.spread_section(data.measurements, base, fmt)
+
     L.append("## Step by step")
     L.append("")
     prev = None
@@ -978,6 +1053,8 @@ def render_markdown(
                 L.append("")
             L.append(_figure_md(f, figures_prefix))
             L.append("")
+
+    L += quality.stages_section(data.table("stages"), fmt)
 
     L.append("## All measurements")
     L.append("")
@@ -1147,6 +1224,8 @@ def _resources(data, v, r) -> list[str]:
     b = _build_row(data, v, r)
     if b is None:
         return []
+    if b.get("status") == "failed":
+        return [f"**Build failed** ({b['variant']}): `{_code(str(b['reason'])[:600])}`", ""]
     spill = int(b["spill_store_bytes"]) + int(b["spill_load_bytes"])
     text = (
         f"**Resources** ({b['variant']}): {int(b['registers'])} registers/thread, "

@@ -9,7 +9,7 @@
 #       worklogs/<gpu>/<study>/data/*.parquet and data/study.json
 # Either way one rule writes results/<gpu>/<study>/worklog.{md,html} and figures/, so no
 # output pattern is shared with the measuring rules and nothing is copied back and forth.
-# Rule all asks for worklog_targets(GPU_SLUG if GPU else None).
+# Rule all asks for worklog_targets(TARGET_GPU).
 
 from kernelbook import publish as kb_publish  # noqa: E402
 
@@ -18,7 +18,7 @@ from kernelbook import publish as kb_publish  # noqa: E402
 ANALYSIS = str(Path(workflow.basedir) / "analysis")
 WORKLOGS = kb_publish.Worklogs(
     R,
-    GPU_SLUG if GPU else None,
+    TARGET_GPU,
     PROJECT,
     workflow,
     analysis=ANALYSIS,
@@ -38,6 +38,8 @@ rule study_meta:
         f"{R}/build/{{study}}/study.json",
     log:
         f"{R}/logs/{{study}}/study_meta.log",
+    benchmark:
+        f"{R}/benchmarks/study_meta/build/{{study}}/all.tsv"
     conda:
         "../envs/kernelbook.yaml"
     params:
@@ -63,6 +65,8 @@ rule study_figures:
         ),
     log:
         notebook=f"{R}/logs/{{study}}/study_figures/{{gpu}}.ipynb",
+    benchmark:
+        f"{R}/benchmarks/study_figures/{{gpu}}/{{study}}/all.tsv"
     conda:
         "../envs/kernelbook.yaml"
     params:
@@ -93,6 +97,8 @@ rule worklog:
         ),
     log:
         notebook=f"{R}/logs/{{study}}/worklog/{{gpu}}.ipynb",
+    benchmark:
+        f"{R}/benchmarks/worklog/{{gpu}}/{{study}}/all.tsv"
     conda:
         "../envs/kernelbook.yaml"
     params:

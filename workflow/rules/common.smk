@@ -4,10 +4,14 @@
 import json
 import shlex
 import sys
+import time
 from pathlib import Path
+
+RUN_STARTED = time.time()  # a gate's log older than this run is not this run's word
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
+from kernelbook import cluster as kb_cluster  # noqa: E402
 from kernelbook import config as kb_config  # noqa: E402
 from kernelbook import gpu as kb_gpu  # noqa: E402
 from kernelbook import tune as kb_tune  # noqa: E402
@@ -30,7 +34,21 @@ else:
     GPU, NO_GPU_WHY = kb_gpu.detect()
 GPU_SLUG = GPU.slug if GPU else "none"
 
-if GPU is None:
+# gpu_model (e.g. --config gpu_model=h100) picks the GPU model to measure on, whatever this
+# host has: its GPU jobs ask the executor for that model (the SLURM plugin's gpu_model), and
+# write results/<gpu_model>/. Each GPU job checks that the GPU it got is of that model.
+GPU_MODEL = SETTINGS.get("gpu_model") or ""
+if GPU_MODEL:
+    if SETTINGS["gpu"] == "none":
+        raise WorkflowError(
+            f"config: gpu: none and gpu_model: {GPU_MODEL} contradict each other "
+            "(gpu_model asks for the GPU stages, gpu: none skips them); drop one"
+        )
+    GPU_SLUG = kb_gpu.slug(GPU_MODEL)
+# The <gpu> this run measures on (results/<gpu>/...), or None: compile and render only.
+TARGET_GPU = GPU_SLUG if (GPU or GPU_MODEL) else None
+
+if TARGET_GPU is None:
     print(
         f"kernelbook: no GPU here ({NO_GPU_WHY}): compiling only; bench, device, profile and "
         f"sanitize skipped for {', '.join(PROJECT.studies)}",
@@ -105,15 +123,51 @@ def bench_files(wildcards):
     return out
 
 
+def samples_files(wildcards):
+    """Raw samples of every bench job of a study: variants, candidates, tuned sweeps."""
+    study = study_of(wildcards)
+    base = f"{R}/{wildcards.gpu}/{wildcards.study}/samples"
+    out = []
+    for v in study.variants:
+        if v.is_tuned:
+            out += [f"{base}/bench/{c}.parquet" for c in v.candidates]
+            if kb_tune.sweep_sizes(study, v):
+                out.append(f"{base}/sweep/{v.id}.parquet")
+        else:
+            out.append(f"{base}/bench/{v.id}.parquet")
+    return out
+
+
+def stage_benchmarks(wildcards):
+    """Snakemake's benchmark files of the jobs a study's measured tables come from."""
+    study = study_of(wildcards)
+    gpu, name = wildcards.gpu, wildcards.study
+    b = f"{R}/benchmarks"
+    out = [f"{b}/compile/build/{name}/{v}.tsv" for v in job_ids(name)]
+    out += [f"{b}/{r}/build/{name}/all.tsv" for r in ("build_table", "sass_table")]
+    for v in study.variants:
+        if v.is_tuned:
+            out += [f"{b}/bench/{gpu}/{name}/{c}.tsv" for c in v.candidates]
+            out.append(f"{b}/select_tuned/{gpu}/{name}/{v.id}.tsv")
+            if kb_tune.sweep_sizes(study, v):
+                out.append(f"{b}/bench_tuned_sweep/{gpu}/{name}/{v.id}.tsv")
+        else:
+            out.append(f"{b}/bench/{gpu}/{name}/{v.id}.tsv")
+        out += [f"{b}/{r}/{gpu}/{name}/{v.id}.tsv" for r in ("profile", "sanitize")]
+    out += [
+        f"{b}/{r}/{gpu}/{name}/all.tsv"
+        for r in ("measurements", "samples_table", "profile_table", "roofline")
+    ]
+    out.append(f"{b}/sanitizer_table/{gpu}/{name}/all.tsv")
+    out.append(f"{b}/device/{gpu}/device.tsv")
+    return out
+
+
 def candidate_files(wildcards):
     v = variant_of(wildcards)
     return [
         f"{R}/{wildcards.gpu}/{wildcards.study}/bench/{c}.parquet" for c in v.candidates
     ]
-
-
-def tolerate_flag(wildcards):
-    return "--tolerate-failure" if variant_of(wildcards).tuned_from else ""
 
 
 def tuned_inputs(wildcards):
@@ -126,6 +180,23 @@ def tuned_inputs(wildcards):
             ],
         }
     return {"cubin": f"{R}/build/{wildcards.study}/{v.id}/kernel.cubin"}
+
+
+def checked_inputs(wildcards):
+    """Profile and sanitize run what the bench found correct: a plain variant's bench table
+    (sizes it failed at are not run again), a tuned variant's winners."""
+    named = tuned_inputs(wildcards)
+    if not variant_of(wildcards).is_tuned:
+        named["bench"] = (
+            f"{R}/{wildcards.gpu}/{wildcards.study}/bench/{wildcards.variant}.parquet"
+        )
+    return named
+
+
+def bench_arg(wildcards):
+    if variant_of(wildcards).is_tuned:
+        return ""
+    return f"--bench-table {R}/{wildcards.gpu}/{wildcards.study}/bench/{wildcards.variant}.parquet"
 
 
 def tuned_arg(wildcards):
@@ -146,18 +217,58 @@ def declared_variants(kind):
     return inputs
 
 
+def gate_targets():
+    """One gate per study: with a GPU the bench gate (compile failures included), else the
+    build gate; each fails, after the tables are made, when something failed unexpectedly.
+    """
+    if TARGET_GPU:
+        return [f"{R}/{TARGET_GPU}/{name}/bench.ok" for name in PROJECT.studies]
+    return [f"{R}/build/{name}/build.ok" for name in PROJECT.studies]
+
+
 def all_targets():
     targets = []
     for name in PROJECT.studies:
         targets += [f"{R}/build/{name}/build.parquet", f"{R}/build/{name}/sass.parquet"]
-        if GPU:
-            base = f"{R}/{GPU_SLUG}/{name}"
+        if TARGET_GPU:
+            base = f"{R}/{TARGET_GPU}/{name}"
             targets += [
                 f"{base}/measurements.parquet",
-                f"{R}/{GPU_SLUG}/device.parquet",
+                f"{R}/{TARGET_GPU}/device.parquet",
                 f"{base}/profile.parquet",
                 f"{base}/roofline.parquet",
                 f"{base}/sanitizer.parquet",
                 f"{base}/sanitize.ok",
+                f"{base}/samples.parquet",
+                f"{base}/stages.parquet",
             ]
     return targets
+
+
+def gate_logs():
+    """(output, log) of every gate of this run, as the gate rules name them."""
+    if not GPU:
+        return [
+            (f"{R}/build/{n}/build.ok", f"{R}/logs/{n}/build_gate.log")
+            for n in PROJECT.studies
+        ]
+    return [
+        (f"{R}/{GPU_SLUG}/{n}/{gate}.ok", f"{R}/logs/{n}/{gate}_gate/{GPU_SLUG}.log")
+        for n in PROJECT.studies
+        for gate in ("bench", "sanitize")
+    ]
+
+
+def print_gate_summary():
+    """At the end of a failed run: what each failed gate said, on one screen."""
+    said = []
+    for ok, log in gate_logs():
+        fresh = Path(log).is_file() and Path(log).stat().st_mtime >= RUN_STARTED
+        if not Path(ok).exists() and fresh:
+            text = Path(log).read_text().strip()
+            if text:
+                said.append(text.removeprefix("kernelbook: error: "))
+    if said:
+        print(
+            "\nkernelbook: the run's gates failed:\n" + "\n".join(said), file=sys.stderr
+        )

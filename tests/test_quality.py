@@ -1,0 +1,109 @@
+"""The page's measurement-quality parts on the published H200 tables (no GPU)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from kernelbook import figures, quality, stages
+
+ROOT = Path(__file__).resolve().parents[1]
+SGEMM = ROOT / "worklogs" / "nvidia-h200" / "sgemm" / "data"
+
+
+@pytest.fixture(scope="module")
+def meas():
+    return pd.read_parquet(SGEMM / "measurements.parquet")
+
+
+def test_baseline_spread_is_max_over_min_per_size(meas):
+    t = quality.baseline_spread(meas).set_index("size")
+    ok = meas[meas["status"] == "ok"]
+    at = ok[ok["size"] == "4096x4096x4096"]["baseline_median_ms"]
+    row = t.loc["4096x4096x4096"]
+    assert row["jobs"] == len(at)
+    assert row["spread_pct"] == pytest.approx(100 * (at.max() / at.min() - 1))
+    assert list(t.index)[0] == "128x128x128"  # ordered by size
+
+
+def test_spread_section_flags_sizes_over_the_bound():
+    m = pd.DataFrame(
+        {
+            "status": ["ok"] * 4,
+            "size": ["a", "a", "b", "b"],
+            "flop": [1.0, 1.0, 2.0, 2.0],
+            "bytes_min": [1.0, 1.0, 2.0, 2.0],
+            "baseline_median_ms": [1.0, 1.05, 2.0, 2.01],
+        }
+    )
+    text = "\n".join(quality.spread_section(m, "cuBLAS", lambda x, d=4: f"{x:.{d}g}"))
+    assert "| a | 2 |" in text and "**5**" in text  # 5 % over the 2 % bound, in bold
+    assert "| b | 2 |" in text and "**0.5**" not in text
+    assert "Over the bound at a:" in text
+
+
+def test_sample_rows_follow_a_tuned_row_to_its_winning_candidate(meas):
+    samples = pd.read_parquet(SGEMM / "samples.parquet")
+    s = quality.sample_rows(meas, samples, "4096x4096x4096")
+    tuned = meas[(meas["variant"] == "10_warptiling") & (meas["size"] == "4096x4096x4096")]
+    winner = tuned["tuned_from"].iloc[0]
+    got = s[(s["row"] == "10_warptiling") & (s["function"] == "variant")]
+    assert len(got) == int(tuned["n_samples"].iloc[0])
+    assert set(got["variant"]) == {winner}
+    assert got["ms"].median() == pytest.approx(float(tuned["median_ms"].iloc[0]), rel=1e-5)
+
+
+def test_distribution_figure_is_drawn_or_says_why(meas, tmp_path):
+    figures.style()
+    samples = pd.read_parquet(SGEMM / "samples.parquet")
+    order = [v for v in meas["variant"].unique() if "__" not in v]
+    f = quality.distribution(meas, samples, order, tmp_path, size_label="4096x4096x4096")
+    assert f.drawn and (tmp_path / f.png).is_file()
+    with pytest.raises(figures.NoData, match="no samples table"):
+        quality.distribution(meas, None, order, tmp_path, size_label="4096x4096x4096")
+
+
+def test_stop_reasons_and_older_tables(meas):
+    assert quality.stop_reasons(meas).endswith("(converged 354)")
+    old = meas.drop(columns=["stop_reason"]).assign(converged=False)
+    assert quality.stop_reasons(old) == "0 of 354 converged"
+
+
+def test_before_after_compares_the_same_cells(meas):
+    before = meas.assign(pct_of_baseline=meas["pct_of_baseline"] / 2)
+    text = quality.before_after(before, meas, "4096x4096x4096")
+    row = meas[(meas["variant"] == "01_naive") & (meas["size"] == "4096x4096x4096")]
+    pct = float(row["pct_of_baseline"].iloc[0])
+    assert f"{pct / 2:.1f} -> {pct:.1f}" in text
+    assert "128x128x128: before -> after" in text and "256x256x256" in text
+
+
+def test_stages_table_reads_snakemake_benchmark_files(tmp_path):
+    head = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
+    paths = []
+    for rule, sub, job, secs in [
+        ("compile", "build/sgemm", "01_naive", 2.5),
+        ("bench", "nvidia-h200/sgemm", "01_naive", 40.0),
+        ("device", "nvidia-h200", "device", 6.0),
+    ]:
+        p = tmp_path / "results" / "benchmarks" / rule / sub / f"{job}.tsv"
+        p.parent.mkdir(parents=True)
+        p.write_text(head + f"{secs}\t0:00:0{int(secs) % 10}\t100.5\t1\t1\t1\t0\t0\t1\tNA\n")
+        paths.append(p)
+    rows = stages.table(paths, "sgemm")
+    assert [(r["rule"], r["stage"], r["job"], r["seconds"]) for r in rows] == [
+        ("compile", "compile", "01_naive", 2.5),
+        ("bench", "bench", "01_naive", 40.0),
+        ("device", "device", "device", 6.0),
+    ]
+    assert rows[0]["max_rss_mb"] == 100.5 and rows[0]["cpu_seconds"] is None
+    summary = {r["stage"]: r for r in stages.summary(rows)}
+    assert summary["bench"]["seconds"] == 40.0 and summary["bench"]["jobs"] == 1
+
+
+def test_published_stage_tables_cover_every_stage_that_ran():
+    df = pd.read_parquet(SGEMM / "stages.parquet")
+    assert {"compile", "bench", "profile", "sanitize", "device"} <= set(df["stage"])
+    assert "other" not in set(df["stage"])
