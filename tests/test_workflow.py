@@ -194,7 +194,7 @@ def test_full_run_without_gpu(built_repo):
         log = (root / "results" / "logs" / "sgemm" / "compile" / f"{vid}.log").read_text()
         assert f"sgemm/{vid}:" in log and "registers" in log
     # nothing measured on a machine without a GPU
-    assert sorted(p.name for p in (root / "results").iterdir()) == ["build", "logs"]
+    assert sorted(p.name for p in (root / "results").iterdir()) == ["benchmarks", "build", "logs"]
 
 
 def test_second_run_does_nothing(built_repo, nogpu_args):

@@ -165,6 +165,8 @@ rule bench_gate:
         f"{R}/{{gpu}}/{{study}}/bench.ok",
     log:
         f"{R}/logs/{{study}}/bench_gate/{{gpu}}.log",
+    benchmark:
+        f"{R}/benchmarks/bench_gate/{{gpu}}/{{study}}/all.tsv"
     priority: -10
     conda:
         "../envs/kernelbook.yaml"

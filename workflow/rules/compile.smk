@@ -68,11 +68,14 @@ rule build_gate:
         f"{R}/build/{{study}}/build.ok",
     log:
         f"{R}/logs/{{study}}/build_gate.log",
+    benchmark:
+        f"{R}/benchmarks/build_gate/build/{{study}}/all.tsv"
     priority: -10
     conda:
         "../envs/kernelbook.yaml"
     params:
-        settings=settings_arg,
+        # what the build depends on, not GPU or timing settings: those rerun no build gate
+        settings=build_settings_arg,
         py=PY,
     shell:
         "{params.py} -m kernelbook --settings {params.settings} gate {wildcards.study} "
