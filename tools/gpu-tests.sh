@@ -3,8 +3,8 @@
 # a verdict for every test that finished. Tests whose node id matches one of the PRIORITY
 # patterns (grep -E, in order) run first, the rest after them in collection order.
 #
-#   scripts/gpu-tests.sh [PRIORITY...]
-#   scripts/gpu-host.sh scripts/gpu-tests.sh 'test_sanitizer_flags' 'concurrent'
+#   tools/gpu-tests.sh [PRIORITY...]
+#   tools/offline/gpu-host.sh tools/gpu-tests.sh 'test_sanitizer_flags' 'concurrent'
 #
 # ONLY=1 runs the PRIORITY tests alone; SKIP=REGEX leaves out the tests it matches.
 # With SHARD=i/n in the environment it runs only every n-th test of that order from the i-th

@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
-# Run a long GPU workload through short command windows (a lent GPU host whose commands are
-# cut after a few minutes): the first call starts WORKLOAD detached (setsid), every call then
-# watches it for at most SECONDS and copies a snapshot of the results and logs into OUT_DIR.
-# Call it again (the host must still be the same) until it reports "done".
+# Run a long GPU workload on a host that cuts every command after a time limit: the first
+# call starts WORKLOAD detached (setsid), every call then watches it for at most SECONDS and
+# copies a snapshot of the results and logs into OUT_DIR. Call it again (on the same host)
+# until it reports "done".
 #
-#   scripts/gpu-detached.sh SECONDS OUT_DIR WORKLOAD [ARGS...]
+#   tools/gpu-detached.sh SECONDS OUT_DIR WORKLOAD [ARGS...]
 #
-# e.g. with a workload that runs the DAG, then the GPU tests one pytest invocation each:
-#   scripts/gpu-detached.sh 540 "$OUT" bash -c 'scripts/gpu-host.sh python3 -m snakemake \
-#       --cores 32 --resources gpu=2 --keep-going tables; scripts/gpu-host.sh python3 -m pytest -m gpu'
+# e.g. a whole session (the DAG, then the GPU tests one pytest invocation each):
+#   KERNELBOOK_GIT_COMMIT=<commit> tools/gpu-detached.sh 540 snapshots tools/gpu-session.sh
 #
 # State lives in $KERNELBOOK_DETACHED_DIR (default /tmp/kernelbook-detached): the workload's
 # output (workload.log), its exit status (workload.rc) once it ends, and its start time.

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# One GPU session, start to end (run it through scripts/gpu-detached.sh on a lent host):
+# One GPU session, start to end (through tools/gpu-detached.sh where commands are cut short):
 # every study's measured tables in one snakemake invocation on all GPUs, its wall time
 # recorded, then the GPU tests: those that need every GPU alone, the rest split across the
-# GPUs (one runner per GPU), the PRIORITY patterns first (see scripts/gpu-tests.sh).
+# GPUs (one runner per GPU), the PRIORITY patterns first (see tools/gpu-tests.sh).
 #
-#   scripts/gpu-session.sh [PRIORITY...]
+#   tools/gpu-session.sh [PRIORITY...]
 # KERNELBOOK_GIT_COMMIT must name the commit the tree was copied from (the copy's .git may
 # be older; `git rev-parse HEAD` where you committed, not on the host).
 set -uo pipefail
@@ -19,15 +19,15 @@ t0=$(date +%s)
 # KERNELBOOK_STUDIES (e.g. "[sgemm]") narrows the run to some studies of config/config.yaml
 # Two GPU jobs per GPU: one measures while the next starts up (imports CUDA libraries) and
 # waits for the GPU's lock, so the GPU does not sit idle during a job's start-up.
-scripts/gpu-host.sh python3 -m snakemake --cores "$(nproc)" --resources gpu="$((2 * ngpu))" \
+tools/offline/gpu-host.sh python3 -m snakemake --cores "$(nproc)" --resources gpu="$((2 * ngpu))" \
   --keep-going tables ${KERNELBOOK_STUDIES:+--config "studies=$KERNELBOOK_STUDIES"}
 rc=$?
 echo "tables${KERNELBOOK_STUDIES:+ $KERNELBOOK_STUDIES}: exit $rc, $(($(date +%s) - t0)) s wall on $ngpu GPU(s), commit $KERNELBOOK_GIT_COMMIT" \
   | tee results/logs/tables-wall.txt
 whole='test_concurrent_jobs_land_on_distinct_gpus|test_negative_controls_caught'
-ONLY=1 scripts/gpu-host.sh scripts/gpu-tests.sh "$whole"
+ONLY=1 tools/offline/gpu-host.sh tools/gpu-tests.sh "$whole"
 for ((g = 0; g < ngpu; g++)); do
-  CUDA_VISIBLE_DEVICES=$g SHARD=$g/$ngpu SKIP="$whole" scripts/gpu-host.sh scripts/gpu-tests.sh "$@" &
+  CUDA_VISIBLE_DEVICES=$g SHARD=$g/$ngpu SKIP="$whole" tools/offline/gpu-host.sh tools/gpu-tests.sh "$@" &
 done
 wait
 cat results/logs/gpu-tests/summary*.tsv | awk -F'\t' '{n++; bad += ($2 != 0)} END {print n " GPU tests, " bad " failed"}'
