@@ -32,20 +32,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kernelbook import figures, problems, quality, tune
+from kernelbook import figures, problems, publish, quality, tune
 
-TABLES = (
-    "measurements",
-    "device",
-    "build",
-    "sass",
-    "profile",
-    "roofline",
-    "sanitizer",
-    "samples",
-    "stages",
-)
-OPTIONAL_TABLES = ("profile", "roofline", "sanitizer", "samples", "stages")
+# One list of a study's tables, kept where publishing is (it copies exactly these).
+TABLES = publish.DATA_TABLES
+OPTIONAL_TABLES = publish.OPTIONAL
 META = "study.json"
 DASH = "—"
 
