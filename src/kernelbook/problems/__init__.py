@@ -7,12 +7,13 @@ only inside the methods that run on the device.
 
 from __future__ import annotations
 
+from kernelbook.problems.attention import Attention
 from kernelbook.problems.base import Problem
 from kernelbook.problems.gemm import Gemm
 from kernelbook.problems.softmax import Softmax
 from kernelbook.problems.transpose import Transpose
 
-_REGISTRY: dict[str, Problem] = {p.name: p for p in (Gemm(), Transpose(), Softmax())}
+_REGISTRY: dict[str, Problem] = {p.name: p for p in (Gemm(), Transpose(), Softmax(), Attention())}
 
 
 def get(name: str) -> Problem:
