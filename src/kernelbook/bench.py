@@ -341,6 +341,8 @@ def _time_size(b: Bench, kernel, variant, s, checked, blank, samples=None) -> di
     base = problem.baseline(case, study.baseline, study.params)
     flop, nbytes = problem.flops(s), problem.min_bytes(s, study.dtype)
     fns = {"variant": run, "baseline": base.run}
+    extras = {n: problem.baseline(case, n, study.params) for n in study.extra_baselines}
+    fns.update({"baseline:" + n: e.run for n, e in extras.items()})
     if problem.figure_of_merit == "gbps":
         fns["copy"] = _copy_launcher(b, nbytes)
     dropped = b.timer.dropped
@@ -390,6 +392,20 @@ def _time_size(b: Bench, kernel, variant, s, checked, blank, samples=None) -> di
         measured_at=gpu.now(),
         **env,
     )
+    if extras:
+        row["extra_baselines"] = json.dumps(
+            {
+                n: {
+                    "mode": e.mode,
+                    "median_ms": stats["baseline:" + n].median,
+                    "tflops": flop / (stats["baseline:" + n].median * 1e-3) / 1e12,
+                    "gbps": nbytes / (stats["baseline:" + n].median * 1e-3) / 1e9,
+                    "rel_err": e.rel_err,
+                    "pct": 100.0 * stats["baseline:" + n].median / v.median,
+                }
+                for n, e in extras.items()
+            }
+        )
     if "copy" in stats:
         cp_ms = stats["copy"].median
         copy_gbps = nbytes / (cp_ms * 1e-3) / 1e9
@@ -399,6 +415,8 @@ def _time_size(b: Bench, kernel, variant, s, checked, blank, samples=None) -> di
     flag = " THROTTLED " + env["throttle_reasons"] if env["throttled"] else ""
     b.log(
         f"{where}: {v.median:.4f} ms ({row['tflops']:.2f} TFLOP/s, n={v.n}, {v.stop_reason}), "
-        f"{study.baseline} {bl.median:.4f} ms -> {row['pct_of_baseline']:.1f} %{flag}"
+        f"{study.baseline} {bl.median:.4f} ms -> {row['pct_of_baseline']:.1f} %"
+        + "".join(f", {n} {stats['baseline:' + n].median:.4f} ms" for n in extras)
+        + flag
     )
     return row

@@ -271,6 +271,8 @@ class Study:
     profile_sizes: tuple[dict[str, int], ...] = ()
     sanitize_tools: tuple[str, ...] = ()
     sanitize_size: dict[str, int] | None = None
+    # baselines timed beside the first (``baseline: [a, b, ...]``): extra columns, lines
+    extra_baselines: tuple[str, ...] = ()
 
     def sanitize_size_for(self, variant: Variant) -> dict[str, int] | None:
         """The configured size, else the variant's smallest runnable size (None: none runs)."""
@@ -362,11 +364,13 @@ def load_study(path: Path, settings: dict, root: Path) -> Study:
             f"{shown}: dtype: problem '{problem.name}' supports {', '.join(problem.dtypes)}, "
             f"not {raw['dtype']}"
         )
-    if raw["baseline"] not in problem.baselines:
-        raise ConfigError(
-            f"{shown}: baseline: problem '{problem.name}' offers "
-            f"{', '.join(problem.baselines)}, not '{raw['baseline']}'"
-        )
+    baselines = raw["baseline"] if isinstance(raw["baseline"], list) else [raw["baseline"]]
+    for bname in baselines:
+        if bname not in problem.baselines:
+            raise ConfigError(
+                f"{shown}: baseline: problem '{problem.name}' offers "
+                f"{', '.join(problem.baselines)}, not '{bname}'"
+            )
     unknown = set(raw.get("params", {})) - set(problem.default_params)
     if unknown:
         raise ConfigError(
@@ -374,10 +378,12 @@ def load_study(path: Path, settings: dict, root: Path) -> Study:
             f"'{problem.name}' (known: {', '.join(problem.default_params) or 'none'})"
         )
     params = {**problem.default_params, **raw.get("params", {})}
-    sizes = expand_sizes(raw["sizes"], problem.size_names, f"{shown}: sizes")
+    sizes = expand_sizes(raw["sizes"], problem.size_names, f"{shown}: sizes", problem.zero_sizes)
     headline = None
     if "headline" in raw:
-        headline = _complete_size(raw["headline"], problem.size_names, f"{shown}: headline")
+        headline = _complete_size(
+            raw["headline"], problem.size_names, f"{shown}: headline", problem.zero_sizes
+        )
         if headline not in sizes:
             raise ConfigError(f"{shown}: headline {headline} is not one of the study's sizes")
     timing = {**settings["timing"], **raw.get("timing", {})}
@@ -393,7 +399,7 @@ def load_study(path: Path, settings: dict, root: Path) -> Study:
 
     prob_raw = dict(raw.get("profile", {}))
     profile_sizes = tuple(
-        _complete_size(z, problem.size_names, f"{shown}: profile.sizes[{i}]")
+        _complete_size(z, problem.size_names, f"{shown}: profile.sizes[{i}]", problem.zero_sizes)
         for i, z in enumerate(prob_raw.pop("sizes", []))
     ) or ((headline,) if headline else (max(sizes, key=lambda s: _cost(problem, s, raw["dtype"])),))
     profile = {**settings["profile"], **prob_raw}
@@ -401,7 +407,7 @@ def load_study(path: Path, settings: dict, root: Path) -> Study:
     sanitize_size = None
     if "size" in san_raw:
         sanitize_size = _complete_size(
-            san_raw["size"], problem.size_names, f"{shown}: sanitize.size"
+            san_raw["size"], problem.size_names, f"{shown}: sanitize.size", problem.zero_sizes
         )
     sanitize_tools = tuple(san_raw.get("tools", settings["sanitize"]["tools"]))
 
@@ -425,7 +431,8 @@ def load_study(path: Path, settings: dict, root: Path) -> Study:
         dtype=raw["dtype"],
         params=params,
         sizes=tuple(sizes),
-        baseline=raw["baseline"],
+        baseline=baselines[0],
+        extra_baselines=tuple(baselines[1:]),
         headline=headline,
         tolerance=raw.get("tolerance"),
         timing=timing,
@@ -482,7 +489,9 @@ def _check_flow_commas(data, shown: str) -> None:
                 )
 
 
-def expand_sizes(groups: list[dict], names: tuple[str, ...], where: str) -> list[dict[str, int]]:
+def expand_sizes(
+    groups: list[dict], names: tuple[str, ...], where: str, zero_ok=()
+) -> list[dict[str, int]]:
     """Expand size groups (lists sweep, several lists multiply, strings derive) in order."""
     out: list[dict[str, int]] = []
     for gi, group in enumerate(groups):
@@ -493,7 +502,9 @@ def expand_sizes(groups: list[dict], names: tuple[str, ...], where: str) -> list
         lists = [v if isinstance(v, list) else [v] for v in fixed.values()]
         for combo in itertools.product(*lists):
             out.append(
-                _complete_size({**dict(zip(keys, combo, strict=True)), **derived}, names, gwhere)
+                _complete_size(
+                    {**dict(zip(keys, combo, strict=True)), **derived}, names, gwhere, zero_ok
+                )
             )
     unique: list[dict[str, int]] = []
     for s in out:
@@ -502,7 +513,9 @@ def expand_sizes(groups: list[dict], names: tuple[str, ...], where: str) -> list
     return unique
 
 
-def _complete_size(group: dict, names: tuple[str, ...], where: str) -> dict[str, int]:
+def _complete_size(group: dict, names: tuple[str, ...], where: str, zero_ok=()) -> dict[str, int]:
+    """A size group completed (derived names evaluated); every value positive, except the
+    names in ``zero_ok`` (a problem's flags, such as attention's causal), which may be 0."""
     if not isinstance(group, dict):
         raise ConfigError(f"{where}: expected a mapping of size names")
     unknown = set(group) - set(names)
@@ -514,7 +527,7 @@ def _complete_size(group: dict, names: tuple[str, ...], where: str) -> dict[str,
     values = {k: v for k, v in group.items() if not isinstance(v, str)}
     pending = {k: v for k, v in group.items() if isinstance(v, str)}
     for k, v in values.items():
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        if not isinstance(v, int) or isinstance(v, bool) or v < (0 if k in zero_ok else 1):
             raise ConfigError(f"{where}: {k}: expected a positive integer, got {v!r}")
     while pending:
         progress = False
@@ -528,7 +541,7 @@ def _complete_size(group: dict, names: tuple[str, ...], where: str) -> dict[str,
                     values[k] = expr.evaluate_int(text, values)
                 except expr.ExprError as e:
                     raise ConfigError(f"{where}: {k}: '{text}': {e}") from None
-                if values[k] < 1:
+                if values[k] < (0 if k in zero_ok else 1):
                     raise ConfigError(f"{where}: {k}: '{text}' gives {values[k]}, not positive")
                 del pending[k]
                 progress = True
@@ -616,7 +629,7 @@ def _variant(study, vraw, settings, root, problem, params, sizes, where):
     constraints = tune.get("constraints", [])
     _check_exprs(constraints, set(raw_defines) | set(space), where, "tune.constraints")
     tune_sizes = tuple(
-        _complete_size(s, problem.size_names, f"{where}: tune.sizes[{i}]")
+        _complete_size(s, problem.size_names, f"{where}: tune.sizes[{i}]", problem.zero_sizes)
         for i, s in enumerate(tune.get("sizes", []))
     )
     for s in tune_sizes:

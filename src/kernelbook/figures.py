@@ -23,6 +23,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
+from kernelbook import tables  # noqa: E402
+
 MANIFEST = "figures.json"
 BASELINE_COLOR = "black"
 # SASS opcode groups of the instruction-mix figure, in stacking order.
@@ -137,6 +139,22 @@ def compact(x, digits: int = 3) -> str:
 # (a) the ladder
 
 
+# reference lines of a study's further baselines (``baseline: [first, others...]``)
+EXTRA_COLORS = ["darkorange", "purple", "teal", "saddlebrown"]
+
+
+def _extra_levels(headline: pd.DataFrame) -> dict[str, float]:
+    """Each further baseline's throughput in % of the first, from the rows that timed both:
+    100 x first median / its median (= pct_of_baseline / its pct x 100), median over rows."""
+    wide = tables.extra_baseline_columns(headline)
+    out = {}
+    for name in tables.extra_baseline_names(headline):
+        ratio = (wide["pct_of_baseline"] / wide[f"pct_of_{name}"].astype(float) * 100).dropna()
+        if len(ratio):
+            out[name] = float(ratio.median())
+    return out
+
+
 def ladder(
     headline: pd.DataFrame,
     order: list[str],
@@ -187,6 +205,15 @@ def ladder(
             )
             top = max(top, max(ys))
     ax.axhline(100, color=BASELINE_COLOR, linewidth=1.2, linestyle="--", label=baseline_label)
+    for j, (name, level) in enumerate(_extra_levels(headline).items()):
+        ax.axhline(
+            level,
+            color=EXTRA_COLORS[j % len(EXTRA_COLORS)],
+            linewidth=1.2,
+            linestyle=":",
+            label=f"{name} ({level:.0f} % of {baseline_label})",
+        )
+        top = max(top, level)
     ax.set_xticks(x, order, rotation=30, ha="right")
     ax.set_ylim(0, top * 1.3)
     ax.set_ylabel(f"% of {baseline_label} (higher is better)")
@@ -247,6 +274,21 @@ def sweep(
                 linewidth=3,
                 marker="s",
                 label=f"{baseline_label} (baseline)",
+            )
+    wide = tables.extra_baseline_columns(ok)
+    for j, name in enumerate(tables.extra_baseline_names(ok)):
+        extra = wide.groupby("size")[f"{name}_{metric}"].median().dropna()
+        if len(extra):
+            bx = [pos[s] for s in extra.index]
+            idx = np.argsort(bx)
+            ax.plot(
+                np.array(bx)[idx],
+                extra.to_numpy()[idx],
+                color=EXTRA_COLORS[j % len(EXTRA_COLORS)],
+                linewidth=2.5,
+                linestyle=":",
+                marker="^",
+                label=f"{name} (baseline)",
             )
     ax.set_xticks(range(len(sizes)), sizes, rotation=35, ha="right")
     ax.set_yscale("log")

@@ -123,3 +123,30 @@ def gather(inputs: list[str | Path], out: str | Path, table: str) -> pd.DataFram
     )
     write(df, out, table, sizes)
     return df
+
+
+def extra_baseline_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """A copy of measurement rows with the ``extra_baselines`` JSON spread into columns, for
+    each baseline name n: ``n_median_ms``, ``n_tflops``, ``n_gbps``, ``n_rel_err`` and
+    ``pct_of_n`` (100 x its median / the variant's). Rows of single-baseline studies (no such
+    column, or null) gain nothing."""
+    if "extra_baselines" not in df.columns or df["extra_baselines"].isna().all():
+        return df.copy()
+    out = df.copy()
+    parsed = [json.loads(x) if isinstance(x, str) and x else {} for x in df["extra_baselines"]]
+    names = list(dict.fromkeys(n for p in parsed for n in p))
+    for n in names:
+        for key in ("median_ms", "tflops", "gbps", "rel_err"):
+            out[f"{n}_{key}"] = [p.get(n, {}).get(key) for p in parsed]
+        out[f"pct_of_{n}"] = [p.get(n, {}).get("pct") for p in parsed]
+    return out
+
+
+def extra_baseline_names(df: pd.DataFrame) -> list[str]:
+    """The extra baselines named in measurement rows, in first-seen order."""
+    if "extra_baselines" not in df.columns:
+        return []
+    names: dict[str, None] = {}
+    for x in df["extra_baselines"].dropna():
+        names.update(dict.fromkeys(json.loads(x)))
+    return list(names)

@@ -84,6 +84,7 @@ def attention64(xp, q, k, v, causal: bool, scale: float, chunk_bytes: int = REF_
 class Attention(Problem):
     name = "attention"
     size_names = ("B", "H", "S", "D", "causal")
+    zero_sizes = ("causal",)
     dtypes = ("bfloat16",)
     baselines = {
         "sdpa_flash": "torch scaled_dot_product_attention, SDPBackend.FLASH_ATTENTION",

@@ -104,6 +104,7 @@ def size_seed(seed: int, sizes: dict[str, int]) -> int:
 class Problem:
     name: str = ""
     size_names: tuple[str, ...] = ()
+    zero_sizes: tuple[str, ...] = ()  # size names that may be 0 (flags, e.g. causal)
     dtypes: tuple[str, ...] = ()
     baselines: dict[str, str] = {}
     default_params: dict[str, Any] = {}
@@ -145,7 +146,9 @@ class Problem:
                 f"size '{text}' is not N, {'x'.join(self.size_names)} or "
                 f"{','.join(n + '=..' for n in self.size_names)}"
             ) from None
-        if set(sizes) != set(self.size_names) or min(sizes.values()) < 1:
+        if set(sizes) != set(self.size_names) or any(
+            v < (0 if k in self.zero_sizes else 1) for k, v in sizes.items()
+        ):
             raise ValueError(f"size '{text}' must give positive {', '.join(self.size_names)}")
         return {n: sizes[n] for n in self.size_names}
 
