@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kernelbook import figures, problems, publish, quality, tune
+from kernelbook import figures, problems, publish, quality, tables, tune
 
 # One list of a study's tables, kept where publishing is (it copies exactly these).
 TABLES = publish.DATA_TABLES
@@ -433,6 +433,24 @@ def figure_of_merit(data: StudyData) -> str:
         return problems.get(data.meta.get("problem", "")).figure_of_merit
     except KeyError:
         return "tflops"
+
+
+def _extra_baselines_lines(head: pd.DataFrame, best: str, fom: str, unit: str) -> list[str]:
+    """A study with several baselines: the others at the headline size, against the best."""
+    names = tables.extra_baseline_names(head)
+    if not names:
+        return []
+    wide = tables.extra_baseline_columns(head)
+    row = wide[(wide["variant"] == best) & (wide["status"] == "ok")]
+    if row.empty:
+        return []
+    r = row.iloc[0]
+    parts = [
+        f"{n} {fmt(r.get(f'{n}_{fom}'))} {unit} ({best} at {fmt(r.get(f'pct_of_{n}'))} % of it)"
+        for n in names
+        if r.get(f"{n}_{fom}") is not None
+    ]
+    return [f"**Also timed beside it:** {'; '.join(parts)}.", ""] if parts else []
 
 
 def baseline_label(data: StudyData) -> str:
@@ -994,6 +1012,7 @@ def render_markdown(
             )
         )
         L.append("")
+        L += _extra_baselines_lines(head, b["variant"], fom, unit)
 
     L.append("## Provenance")
     L.append("")

@@ -216,7 +216,9 @@ class Attention(Problem):
 
         run()
         torch.cuda.synchronize()
-        got = bf16_values(cp, cp.asarray(out.pop("O").contiguous().view(torch.int16)).view(cp.uint16))
+        got = bf16_values(
+            cp, cp.asarray(out.pop("O").contiguous().view(torch.int16)).view(cp.uint16)
+        )
         got = got.ravel().astype(cp.float64)
         ref = case.reference["O"]
         rel = float(cp.linalg.norm(got - ref) / cp.linalg.norm(ref))
