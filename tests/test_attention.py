@@ -1,0 +1,187 @@
+"""The attention study without a GPU: its config, its cost model and reference, the
+several-baselines plumbing (config, table, figures) on real Parquet, and its kernels built by
+the real nvcc (no spills, tensor-core SASS where the step says so)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from test_tables import measurement
+
+from kernelbook import build, config, figures, tables
+from kernelbook.config import REPO_ROOT, ConfigError
+from kernelbook.problems import attention, get
+
+ATT = get("attention")
+
+
+@pytest.fixture(scope="module")
+def study():
+    project = config.load_project_file(
+        REPO_ROOT / "config" / "config.yaml", overrides={"studies": ["attention"]}
+    )
+    return project.study("attention"), project
+
+
+def test_config_loads_with_both_baselines_and_both_regimes(study):
+    st, _ = study
+    assert st.baseline == "sdpa_flash"
+    assert st.extra_baselines == ("sdpa_cudnn",)
+    assert st.headline == {"B": 4, "H": 16, "S": 4096, "D": 128, "causal": 0}
+    assert len(st.sizes) == 26
+    for d, h in ((128, 16), (64, 32)):
+        group = [s for s in st.sizes if s["D"] == d and s["S"] != 1000]
+        assert {s["H"] for s in group} == {h}
+        assert {s["B"] * s["S"] for s in group} == {16384}  # 16k tokens a batch
+        assert {s["causal"] for s in group} == {0, 1}
+    assert {s["causal"] for s in st.sizes if s["S"] == 1000} == {0, 1}
+    ids = [v.id for v in st.variants]
+    assert ids == sorted(ids)
+    for v in st.variants:
+        assert v.says and v.predict and v.computes == "o_and_lse"
+    # the SIMT steps skip the sizes they would take seconds at, visibly (requires)
+    fused = st.variant("02_fused_row")
+    assert fused.unmet({"B": 1, "H": 16, "S": 16384, "D": 128, "causal": 0}) == ["S <= 4096"]
+    assert not st.variant("04_fa2_mma").unmet({"B": 2, "H": 16, "S": 1000, "D": 128, "causal": 1})
+
+
+def test_baseline_list_rejects_unknown_names(tmp_path, study):
+    _, project = study
+    text = (REPO_ROOT / "config/studies/attention.yaml").read_text()
+    bad = tmp_path / "attention.yaml"
+    bad.write_text(text.replace("[sdpa_flash, sdpa_cudnn]", "[sdpa_flash, sdpa_math]"))
+    with pytest.raises(ConfigError, match=r"baseline: .* not 'sdpa_math'"):
+        config.load_study(bad, project.settings, REPO_ROOT)
+
+
+def test_causal_may_be_zero_but_other_sizes_may_not(tmp_path, study):
+    _, project = study
+    text = (REPO_ROOT / "config/studies/attention.yaml").read_text()
+    bad = tmp_path / "attention.yaml"
+    bad.write_text(text.replace("{B: 2, H: 16, S: 1000", "{B: 0, H: 16, S: 1000"))
+    with pytest.raises(ConfigError, match=r"sizes\[2\]: B: expected a positive integer"):
+        config.load_study(bad, project.settings, REPO_ROOT)
+    assert ATT.parse_size("B=1,H=2,S=3,D=64,causal=0")["causal"] == 0
+    with pytest.raises(ValueError):
+        ATT.parse_size("B=0,H=2,S=3,D=64,causal=0")
+
+
+def test_flops_follow_flashattention_convention():
+    s = {"B": 4, "H": 16, "S": 4096, "D": 128, "causal": 0}
+    assert ATT.flops(s) == 4 * 4 * 16 * 4096**2 * 128
+    assert ATT.flops({**s, "causal": 1}) == ATT.flops(s) / 2
+    assert ATT.min_bytes(s, "bfloat16") == 4 * 4 * 16 * 4096 * 128 * 2
+
+
+@pytest.mark.parametrize("causal", [0, 1])
+def test_chunked_reference_is_attention(causal):
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal((3, 37, 16)) for _ in range(3))
+    scale = 1 / math.sqrt(16)
+    o, lse = attention.attention64(np, q, k, v, bool(causal), scale, chunk_bytes=8 * 3 * 37 * 5)
+    s = np.einsum("bid,bjd->bij", q, k) * scale
+    if causal:
+        s = np.where(np.triu(np.ones((37, 37), bool), 1), -np.inf, s)
+    want_l = np.log(np.exp(s).sum(-1))
+    want_o = np.einsum("bij,bjd->bid", np.exp(s - want_l[..., None]), v)
+    np.testing.assert_allclose(o, want_o, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(lse, want_l, rtol=1e-12)
+    if causal:
+        np.testing.assert_allclose(o[:, 0], v[:, 0], rtol=1e-12)  # row 0 sees key 0 only
+
+
+def test_case_checks_lse_only_when_declared():
+    s = {"B": 1, "H": 2, "S": 40, "D": 64, "causal": 1}
+    qkv = [
+        np.random.default_rng(i).standard_normal(2 * 40 * 64).astype(np.float32) for i in (1, 2, 3)
+    ]
+    plain = ATT.build_case(np, s, "bfloat16", 0, qkv, guard=8)
+    with_l = ATT.build_case(np, s, "bfloat16", 0, qkv, guard=8, computes="o_and_lse")
+    assert set(plain.outputs) == {"O"} and set(with_l.outputs) == {"O", "L"}
+    assert with_l.reference["L"].shape == (2 * 40,)
+    assert len(plain.args) == 11 and plain.args[4] == np.float32(1 / 8)
+    with pytest.raises(KeyError, match="no alternative"):
+        ATT.build_case(np, s, "bfloat16", 0, qkv, computes="lse_only")
+
+
+def _rows_with_two_baselines():
+    rows = []
+    for v, speed in (("01_naive", 1.0), ("02_fast", 3.0)):
+        for n in (512, 1024):
+            r = measurement(v, n, median=0.05 * (n / 512) ** 3 / speed)
+            extra_ms = r["baseline_median_ms"] / 2  # the second baseline twice the first
+            r["extra_baselines"] = json.dumps(
+                {
+                    "cudnn": {
+                        "mode": "second",
+                        "median_ms": extra_ms,
+                        "tflops": r["flop"] / (extra_ms * 1e-3) / 1e12,
+                        "gbps": r["bytes_min"] / (extra_ms * 1e-3) / 1e9,
+                        "rel_err": 1e-3,
+                        "pct": 100.0 * extra_ms / r["median_ms"],
+                    }
+                }
+            )
+            rows.append(r)
+    rows.append(measurement("02_fast", 2048, status="skipped", reason="requires N <= 1024"))
+    return rows
+
+
+def test_extra_baselines_round_trip_parquet_and_spread_into_columns(tmp_path):
+    path = tmp_path / "measurements.parquet"
+    tables.write(_rows_with_two_baselines(), path, "measurements", ("M", "N", "K"))
+    df = tables.read(path)
+    assert tables.extra_baseline_names(df) == ["cudnn"]
+    wide = tables.extra_baseline_columns(df)
+    ok = wide[wide["status"] == "ok"]
+    np.testing.assert_allclose(ok["cudnn_tflops"], 2 * ok["baseline_tflops"])
+    np.testing.assert_allclose(ok["pct_of_cudnn"].astype(float), ok["pct_of_baseline"] / 2)
+    # a single-baseline table (older rows: no column at all) gains nothing
+    old = tables.extra_baseline_columns(df.drop(columns=["extra_baselines"]))
+    assert not [c for c in old.columns if "cudnn" in c]
+
+
+def test_figures_draw_the_second_baseline(tmp_path):
+    path = tmp_path / "measurements.parquet"
+    tables.write(_rows_with_two_baselines(), path, "measurements", ("M", "N", "K"))
+    df = tables.read(path)
+    order = ["01_naive", "02_fast"]
+    assert figures._extra_levels(df[df["size"] == "1024x1024x1024"]) == pytest.approx(
+        {"cudnn": 200.0}
+    )
+    fig = figures.sweep(df, order, tmp_path / "figs", baseline_label="cuBLAS")
+    assert "cudnn (baseline)" in (tmp_path / "figs" / "sweep.svg").read_text()
+    head = df[df["size"] == "1024x1024x1024"].set_index("variant")
+    figures.ladder(head, order, tmp_path / "figs", size_label="1024", baseline_label="cuBLAS")
+    assert "cudnn (200 % of cuBLAS)" in (tmp_path / "figs" / "ladder.svg").read_text()
+    assert fig.png
+
+
+@pytest.mark.slow
+def test_kernels_compile_without_spills(study, tmp_path):
+    st, project = study
+    s = project.settings
+    seen = set()
+    for v in st.variants:
+        key = (v.source, json.dumps(v.defines))
+        if key in seen:
+            continue
+        seen.add(key)
+        res = build.compile_variant(
+            v, s["arch"], list(s["nvcc_flags"]), REPO_ROOT, tmp_path / f"{v.id}.cubin"
+        )
+        r = res.resources
+
+        def count(prefix, res=res):
+            return sum(n for op, n in res.sass.items() if op.split(".")[0] == prefix)
+
+        assert r.spill_store_bytes == 0 and r.spill_load_bytes == 0 and r.stack_bytes == 0, v.id
+        if v.id.startswith(("04", "05", "06")):
+            assert count("HMMA") > 0 and count("LDSM") > 0, v.id
+        if v.id.startswith(("05", "06")):
+            assert count("LDGSTS") > 0, v.id
+        if v.id.startswith(("02", "03")):
+            assert count("HMMA") == 0, v.id
