@@ -341,7 +341,13 @@ def _time_size(b: Bench, kernel, variant, s, checked, blank, samples=None) -> di
     base = problem.baseline(case, study.baseline, study.params)
     flop, nbytes = problem.flops(s), problem.min_bytes(s, study.dtype)
     fns = {"variant": run, "baseline": base.run}
-    extras = {n: problem.baseline(case, n, study.params) for n in study.extra_baselines}
+    extras, unavailable = {}, {}
+    for n in study.extra_baselines:  # one that cannot run here is named, not fatal
+        try:
+            extras[n] = problem.baseline(case, n, study.params)
+        except Exception as e:  # noqa: BLE001 - a library refusing a shape, say
+            unavailable[n] = {"error": f"{type(e).__name__}: {e}"[:500]}
+            b.log(f"{where}: baseline {n} not timed: {unavailable[n]['error']}")
     fns.update({"baseline:" + n: e.run for n, e in extras.items()})
     if problem.figure_of_merit == "gbps":
         fns["copy"] = _copy_launcher(b, nbytes)
@@ -392,9 +398,10 @@ def _time_size(b: Bench, kernel, variant, s, checked, blank, samples=None) -> di
         measured_at=gpu.now(),
         **env,
     )
-    if extras:
+    if extras or unavailable:
         row["extra_baselines"] = json.dumps(
-            {
+            unavailable
+            | {
                 n: {
                     "mode": e.mode,
                     "median_ms": stats["baseline:" + n].median,
