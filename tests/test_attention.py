@@ -48,6 +48,19 @@ def test_config_loads_with_both_baselines_and_both_regimes(study):
     assert not st.variant("04_fa2_mma").unmet({"B": 2, "H": 16, "S": 1000, "D": 128, "causal": 1})
 
 
+def test_naive_step_is_three_kernels_with_a_workspace(study):
+    st, _ = study
+    v = st.variant("01_naive")
+    s = {"B": 4, "H": 16, "S": 4096, "D": 128, "causal": 0}
+    assert v.entries == ("attn_naive_scores", "attn_naive_softmax", "attn_naive_pv")
+    grids = [launch.grid for launch in v.launches(s)]
+    assert grids == [(256, 256, 64), (4096, 64, 1), (1024, 64, 1)]
+    assert v.workspace_bytes(s) == 4 * 4 * 16 * 4096 * 4096
+    assert "then" in v.spec() and "workspace" in v.spec()
+    assert v.unmet({**s, "B": 2, "S": 8192}) == ["S <= 4096"]
+    assert "then" not in st.variant("04_fa2_mma").spec()  # other specs (and hashes) unchanged
+
+
 def test_baseline_list_rejects_unknown_names(tmp_path, study):
     _, project = study
     text = (REPO_ROOT / "config/studies/attention.yaml").read_text()
@@ -183,5 +196,5 @@ def test_kernels_compile_without_spills(study, tmp_path):
             assert count("HMMA") > 0 and count("LDSM") > 0, v.id
         if v.id.startswith(("05", "06")):
             assert count("LDGSTS") > 0, v.id
-        if v.id.startswith(("02", "03")):
+        if v.id.startswith(("01", "02", "03")):
             assert count("HMMA") == 0, v.id

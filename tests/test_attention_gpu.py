@@ -11,7 +11,14 @@ from test_gpu import INFO, WHY, bench
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(INFO is None, reason=f"no GPU here: {WHY}")]
 
 QUICK = {"timing": {"min_time_s": 0.01, "max_time_s": 0.5, "min_samples": 5}}
-VARIANTS = ["02_fused_row", "03_flash_simt", "04_fa2_mma", "05_fa2_pipelined", "06_fa2_causal_skip"]
+VARIANTS = [
+    "01_naive",
+    "02_fused_row",
+    "03_flash_simt",
+    "04_fa2_mma",
+    "05_fa2_pipelined",
+    "06_fa2_causal_skip",
+]
 # small, both head sizes; odd S (not a multiple of any tile) and B*H > 1, causal and not
 SIZES = [
     "B=2,H=2,S=256,D=64,causal=0",

@@ -71,6 +71,35 @@ def allow_dynamic_smem(kernel, nbytes: int) -> None:
         )
 
 
+def make_run(cp, kernel, variant: Variant, sizes, case):
+    """``run()`` launching the variant's kernel(s) (``kernel``: one function, or a list, one
+    per entry of ``variant.entries``) in order on the case, with the variant's workspace
+    appended to the arguments; and the first kernel's launch (the row's geometry)."""
+    kernels = kernel if isinstance(kernel, list | tuple) else [kernel]
+    launches = variant.launches(sizes)
+    for k, launch in zip(kernels, launches, strict=True):
+        if launch.smem > 48 * 1024:
+            try:
+                allow_dynamic_smem(k, launch.smem)
+            except Exception as e:
+                raise KernelFailure(
+                    f"cannot allow {launch.smem} bytes of dynamic shared memory: {e}"
+                ) from None
+    args = case.args
+    workspace = None
+    if variant.workspace:
+        workspace = cp.empty(max(1, variant.workspace_bytes(sizes)), dtype=cp.uint8)
+        args = (*args, workspace)
+    pairs = list(zip(kernels, launches, strict=True))
+
+    def run():
+        for k, launch in pairs:
+            k(launch.grid, launch.block, args, shared_mem=launch.smem)
+
+    run.workspace = workspace  # alive as long as the launcher
+    return run, launches[0]
+
+
 class Bench:
     """The device-side state shared by all sizes of one job."""
 
@@ -111,27 +140,19 @@ class Bench:
         cp = self.cp
         try:
             module = cp.RawModule(path=str(cubin))
-            return module.get_function(variant.entry)
+            fns = [module.get_function(e) for e in variant.entries]
         except Exception as e:
             raise KernelFailure(
-                f"{self.study.name}/{variant.id}: cannot load '{variant.entry}' from {cubin}: {e}"
+                f"{self.study.name}/{variant.id}: cannot load "
+                f"{', '.join(repr(e) for e in variant.entries)} from {cubin}: {e}"
             ) from None
+        return fns[0] if len(fns) == 1 else fns
 
     def launcher(self, kernel, variant: Variant, sizes, case):
-        launch = variant.launch(sizes)
-        if launch.smem > 48 * 1024:
-            try:
-                allow_dynamic_smem(kernel, launch.smem)
-            except Exception as e:
-                raise KernelFailure(
-                    f"{self.study.name}/{variant.id}: cannot allow {launch.smem} bytes of dynamic "
-                    f"shared memory: {e}"
-                ) from None
-
-        def run():
-            kernel(launch.grid, launch.block, case.args, shared_mem=launch.smem)
-
-        return run, launch
+        try:
+            return make_run(self.cp, kernel, variant, sizes, case)
+        except KernelFailure as e:
+            raise KernelFailure(f"{self.study.name}/{variant.id}: {e}") from None
 
     def where(self, variant: Variant, sizes) -> str:
         label = " ".join(f"{k}={v}" for k, v in sizes.items())

@@ -374,17 +374,17 @@ def cmd_launch(args) -> int:
             computes=variant.computes,
             reference=args.check,
         )
-        kernel = cp.RawModule(path=str(cubin)).get_function(variant.entry)
-        launch = variant.launch(sizes)
-        if launch.smem > 48 * 1024:
-            from kernelbook.bench import allow_dynamic_smem
+        from kernelbook.bench import make_run
 
-            allow_dynamic_smem(kernel, launch.smem)
+        module = cp.RawModule(path=str(cubin))
+        run, launch = make_run(
+            cp, [module.get_function(e) for e in variant.entries], variant, sizes, case
+        )
         limit = float(project.settings["timeouts"]["launch_s"])
         where = f"{study.name}/{variant.id} at {problem.label(sizes)}"
         for i in range(args.repeat):
             case.reset()
-            kernel(launch.grid, launch.block, case.args, shared_mem=launch.smem)
+            run()
             _wait_or_leave(cp, limit, where)
             if args.check and i == 0:
                 tol = study.tolerance or problem.tolerance(sizes, study.dtype)

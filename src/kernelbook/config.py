@@ -8,6 +8,7 @@ expanded into candidate variants. Every error names the file and the key at faul
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import hashlib
 import itertools
@@ -196,6 +197,30 @@ class Variant:
     tune_point: dict[str, int] = field(default_factory=dict)
     candidates: tuple[str, ...] = ()  # for a tuned variant: its candidates' ids
     tune_sizes: tuple[dict[str, int], ...] = ()
+    # further kernels launched after entry, in order: ({entry, grid, block, smem}, ...)
+    then: tuple[dict[str, Any], ...] = ()
+    workspace: Any = 0  # bytes of a scratch buffer passed after the problem's arguments
+
+    @property
+    def entries(self) -> tuple[str, ...]:
+        return (self.entry, *(t["entry"] for t in self.then))
+
+    def launches(self, sizes: dict[str, int], smem_limit: int | None = None) -> list[Launch]:
+        """One launch per entry (``entries``), in order."""
+        out = [self.launch(sizes, smem_limit)]
+        for t in self.then:
+            more = dataclasses.replace(
+                self, entry=t["entry"], grid=tuple(t["grid"]), block=tuple(t["block"]),
+                smem=t.get("smem", 0), then=(),
+            )  # fmt: skip
+            out.append(more.launch(sizes, smem_limit))
+        return out
+
+    def workspace_bytes(self, sizes: dict[str, int]) -> int:
+        try:
+            return expr.evaluate_int(self.workspace, self.env(sizes))
+        except expr.ExprError as e:
+            raise ConfigError(f"{self.study}/{self.id}: workspace at {sizes}: {e}") from None
 
     @property
     def is_tuned(self) -> bool:
@@ -244,6 +269,8 @@ class Variant:
             "smem": self.smem,
             "requires": list(self.requires),
             **({"computes": self.computes} if self.computes else {}),
+            **({"then": [dict(t) for t in self.then]} if self.then else {}),
+            **({"workspace": self.workspace} if self.workspace else {}),
         }
 
     def spec_sha256(self) -> str:
@@ -460,7 +487,9 @@ def _check_launches(variants, sizes, smem_limit: int | None, where: str) -> None
                 continue
             seen.add(key)
             try:
-                v.launch(s, smem_limit)
+                v.launches(s, smem_limit)
+                if v.workspace:
+                    v.workspace_bytes(s)
             except ConfigError as e:
                 who = f" candidate {v.id}" if v.tuned_from else ""
                 raise ConfigError(f"{where}:{who} {str(e).partition(': ')[2]}") from None
@@ -607,6 +636,11 @@ def _variant(study, vraw, settings, root, problem, params, sizes, where):
     _check_exprs(vraw["block"], allowed, where, "block")
     _check_exprs([vraw.get("smem", 0)], allowed, where, "smem")
     _check_exprs(vraw.get("requires", []), allowed, where, "requires")
+    _check_exprs([vraw.get("workspace", 0)], allowed, where, "workspace")
+    for i, t in enumerate(vraw.get("then", [])):
+        _check_exprs(t["grid"], allowed, where, f"then[{i}].grid")
+        _check_exprs(t["block"], allowed, where, f"then[{i}].block")
+        _check_exprs([t.get("smem", 0)], allowed, where, f"then[{i}].smem")
     common = dict(
         study=study,
         source=source,
@@ -621,6 +655,8 @@ def _variant(study, vraw, settings, root, problem, params, sizes, where):
         expect=vraw.get("expect"),
         computes=vraw.get("computes"),
         known_findings=dict(vraw.get("known_findings", {})),
+        then=tuple(dict(t) for t in vraw.get("then", [])),
+        workspace=vraw.get("workspace", 0),
     )
     if not tune:
         defines = _resolve_defines(raw_defines, {}, where)
