@@ -198,3 +198,31 @@ def test_kernels_compile_without_spills(study, tmp_path):
             assert count("LDGSTS") > 0, v.id
         if v.id.startswith(("01", "02", "03")):
             assert count("HMMA") == 0, v.id
+
+
+def test_facet_figure_against_s_per_d_and_causal(tmp_path):
+    rows = []
+    for d, h in ((128, 16), (64, 32)):
+        for causal in (0, 1):
+            for S in (512, 1024, 2048):
+                s = {"B": 16384 // S, "H": h, "S": S, "D": d, "causal": causal}
+                for v, speed in (("04_fa2_mma", 1.0), ("05_fa2_pipelined", 1.3)):
+                    r = measurement(v, 64, median=1.0 / speed)
+                    for k in ("M", "N", "K"):
+                        r.pop(k)
+                    r.update(s, size=ATT.label(s), flop=ATT.flops(s))
+                    r["tflops"] = r["flop"] / 1e-3 / 1e12 * speed
+                    r["baseline_tflops"] = r["flop"] / 1e-3 / 1e12 * 1.2
+                    r["extra_baselines"] = json.dumps({"sdpa_cudnn": {"tflops": 2 * r["tflops"]}})
+                    rows.append(r)
+    path = tmp_path / "m.parquet"
+    tables.write(rows, path, "measurements", ATT.size_names)
+    df = tables.read(path)
+    fig = figures.sweep_facets(
+        df, ["04_fa2_mma", "05_fa2_pipelined"], tmp_path, x="S", by=("D", "causal"),
+        baseline_label="sdpa_flash",
+    )  # fmt: skip
+    svg = (tmp_path / "sweep_facets.svg").read_text()
+    assert "D=64, causal=0" in svg and "D=128, causal=1" in svg
+    assert "sdpa_cudnn (baseline)" in svg and "sdpa_flash (baseline)" in svg
+    assert fig.png and "dotted: sdpa_cudnn" in fig.caption

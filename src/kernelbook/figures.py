@@ -303,6 +303,65 @@ def sweep(
     return save(fig, outdir, "sweep", f"{unit} against problem size", caption)
 
 
+def sweep_facets(
+    rows: pd.DataFrame,
+    order: list[str],
+    outdir,
+    *,
+    x: str,
+    by: tuple[str, ...],
+    metric: str = "tflops",
+    baseline_label: str = "baseline",
+) -> Figure:
+    """Throughput against one size name ``x``, a panel per value of the size names ``by``
+    (attention: against S, a panel per D and causal), every baseline drawn in each."""
+    ok = rows[(rows["status"] == "ok") & rows[metric].notna()]
+    if ok.empty:
+        raise NoData(f"no measured {metric} values")
+    missing = [c for c in (x, *by) if c not in ok.columns]
+    if missing:
+        raise NoData(f"no size column(s) {', '.join(missing)} in the measurements")
+    wide = tables.extra_baseline_columns(ok)
+    extras = tables.extra_baseline_names(ok)
+    keys = sorted(ok[list(by)].drop_duplicates().itertuples(index=False, name=None))
+    unit = "TFLOP/s" if metric == "tflops" else "GB/s"
+    colors = palette(order)
+    fig, axes = plt.subplots(
+        1, len(keys), figsize=(4.2 * len(keys) + 1, 4.4), sharey=True, squeeze=False
+    )
+    lines = [(v, metric, {"color": colors[v], "marker": "o", "markersize": 4}) for v in order]
+    for ax, key in zip(axes[0], keys, strict=True):
+        sel = wide
+        for c, val in zip(by, key, strict=True):
+            sel = sel[sel[c] == val]
+        for v, col, style in lines:
+            sub = sel[sel["variant"] == v].groupby(x)[col].median()
+            if len(sub):
+                ax.plot(sub.index, sub.to_numpy(), label=v, **style)
+        base = sel.groupby(x)[f"baseline_{metric}"].median().dropna()
+        if len(base):
+            ax.plot(base.index, base.to_numpy(), color=BASELINE_COLOR, linewidth=3, marker="s",
+                    label=f"{baseline_label} (baseline)")  # fmt: skip
+        for j, name in enumerate(extras):
+            e = sel.groupby(x)[f"{name}_{metric}"].median().dropna()
+            if len(e):
+                style = {"linewidth": 2.5, "linestyle": ":", "marker": "^"}
+                color = EXTRA_COLORS[j % len(EXTRA_COLORS)]
+                ax.plot(e.index, e.to_numpy(), color=color, label=f"{name} (baseline)", **style)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel(x)
+        ax.set_title(", ".join(f"{c}={val}" for c, val in zip(by, key, strict=True)))
+    axes[0][0].set_ylabel(f"{unit} (log scale)")
+    axes[0][-1].legend(fontsize=7, loc="best")
+    caption = (
+        f"Median {unit} against {x}, a panel per {', '.join(by)}; bold black: {baseline_label}"
+        + (f", dotted: {', '.join(extras)}" if extras else "")
+        + ", each timed beside the variants (median over their jobs)."
+    )
+    return save(fig, outdir, "sweep_facets", f"{unit} against {x} per {', '.join(by)}", caption)
+
+
 # ------------------------------------------------------------------------------------------
 # (c) the hierarchical roofline
 

@@ -435,6 +435,13 @@ def figure_of_merit(data: StudyData) -> str:
         return "tflops"
 
 
+def _problem_facets(name: str):
+    try:
+        return problems.get(name).sweep_facets
+    except KeyError:
+        return None
+
+
 def _extra_baselines_lines(head: pd.DataFrame, best: str, fom: str, unit: str) -> list[str]:
     """A study with several baselines: the others at the headline size, against the best."""
     names = tables.extra_baseline_names(head)
@@ -894,6 +901,21 @@ def make_figures(
         "throughput against problem size",
         lambda: figures.sweep(main, order, outdir, metric=fom, baseline_label=base),
     )
+    facets = _problem_facets(data.meta.get("problem", ""))
+    if facets:  # e.g. attention: against S, a panel per D and causal
+        attempt(
+            "sweep_facets",
+            f"throughput against {facets[0]} per {', '.join(facets[1])}",
+            lambda: figures.sweep_facets(
+                main,
+                order,
+                outdir,
+                x=facets[0],
+                by=tuple(facets[1]),
+                metric=fom,
+                baseline_label=base,
+            ),  # fmt: skip
+        )
 
     def roof():
         r = data.table("roofline")

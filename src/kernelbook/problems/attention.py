@@ -85,6 +85,7 @@ class Attention(Problem):
     name = "attention"
     size_names = ("B", "H", "S", "D", "causal")
     zero_sizes = ("causal",)
+    sweep_facets = ("S", ("D", "causal"))
     dtypes = ("bfloat16",)
     baselines = {
         "sdpa_flash": "torch scaled_dot_product_attention, SDPBackend.FLASH_ATTENTION",

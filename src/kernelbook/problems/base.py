@@ -105,6 +105,8 @@ class Problem:
     name: str = ""
     size_names: tuple[str, ...] = ()
     zero_sizes: tuple[str, ...] = ()  # size names that may be 0 (flags, e.g. causal)
+    # (x, (by, ...)): the worklog adds a figure of throughput against size x, a panel per by
+    sweep_facets: tuple[str, tuple[str, ...]] | None = None
     dtypes: tuple[str, ...] = ()
     baselines: dict[str, str] = {}
     default_params: dict[str, Any] = {}
