@@ -60,7 +60,8 @@ def main(argv=None) -> int:
     p.add_argument("--space", default="{}", help="JSON: tune axes replaced or added")
     p.add_argument("--match", help="only candidates whose id matches this regular expression")
     p.add_argument("--out", help="the ranked rows (Parquet)")
-    p.add_argument("--build-dir", default=None, help="where cubins go (default: a temp dir)")
+    p.add_argument("--build-dir", help="where cubins go, and are reused from (default: a temp dir)")
+    p.add_argument("--compile-only", action="store_true", help="build, then stop (no GPU)")
     p.add_argument("--min-time-s", type=float, default=0.05)
     p.add_argument("--target-rse", type=float, default=0.005)
     args = p.parse_args(argv)
@@ -78,8 +79,12 @@ def main(argv=None) -> int:
 
     def compile_one(c):
         cubin = out_dir / c.id / "kernel.cubin"
+        facts = cubin.with_name("resources.json")
+        if cubin.is_file() and facts.is_file():  # built by an earlier call (--build-dir)
+            return c, cubin, build.Resources(**json.loads(facts.read_text())), None
         try:
             r = build.compile_variant(c, project.settings["arch"], flags, ROOT, cubin)
+            facts.write_text(json.dumps(r.resources.__dict__))
             return c, cubin, r.resources, None
         except build.CompileError as e:
             return c, None, None, str(e).splitlines()[0]
@@ -88,6 +93,8 @@ def main(argv=None) -> int:
     with ThreadPoolExecutor(os.cpu_count() or 2) as pool:
         built = list(pool.map(compile_one, cands))
     print(f"compiled in {time.time() - t0:.0f} s", flush=True)
+    if args.compile_only:
+        return 0
 
     slot = gpu.acquire_slot()
     rows = []
