@@ -15,7 +15,7 @@ from kernelbook import build, config, kinds, profile, tables
 pytest.importorskip("triton")
 
 TRITON_GEMM = (REPO / "kernels" / "sgemm" / "13_triton.py").read_text()
-TORCH_GEMM = '''
+TORCH_GEMM = """
 import torch
 
 
@@ -29,7 +29,7 @@ def gemm_eager(case, SCALE=1):
         torch.addmm(C, A, B, beta=beta, alpha=alpha * SCALE, out=C)
 
     return run
-'''
+"""
 BROKEN_TRITON = TRITON_GEMM.replace("tl.dot(a, b, acc", "tl.dot(a, b, acc, bogus_argument=1")
 
 TRITON_TILE = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 4, "NUM_WARPS": 4}
@@ -120,8 +120,11 @@ def test_default_source_path_by_kind(tmp_path):
     "change, message",
     [
         ({"kind": "rust"}, "variants[1] (02_triton).kind: 'rust' is not one of"),
-        ({"entry": "nope"}, "variants[1] (02_triton): entry 'nope' is not a function of "
-         "kernels/kinds/02_triton.py (functions: sgemm_triton)"),
+        (
+            {"entry": "nope"},
+            "variants[1] (02_triton): entry 'nope' is not a function of "
+            "kernels/kinds/02_triton.py (functions: sgemm_triton)",
+        ),
         ({"block": [128]}, "variants[1] (02_triton)"),
         ({"source": "kernels/kinds/01_cuda.cu"}, "a triton variant's source is a .py file"),
     ],
@@ -263,10 +266,22 @@ def test_ncu_selects_a_torch_variants_kernels_by_nvtx_range(tmp_path, monkeypatc
 
 
 def test_a_torch_variants_kernels_are_summed_and_listed():
-    k1 = ("gemv", [("gpu__time_duration.sum", 2000.0, "ns"), ("dram__bytes_read.sum", 10.0, "B"),
-                   ("sm__throughput.avg.pct_of_peak_sustained_elapsed", 50.0, "%")])
-    k2 = ("add", [("gpu__time_duration.sum", 1000.0, "ns"), ("dram__bytes_read.sum", 5.0, "B"),
-                  ("sm__throughput.avg.pct_of_peak_sustained_elapsed", 90.0, "%")])
+    k1 = (
+        "gemv",
+        [
+            ("gpu__time_duration.sum", 2000.0, "ns"),
+            ("dram__bytes_read.sum", 10.0, "B"),
+            ("sm__throughput.avg.pct_of_peak_sustained_elapsed", 50.0, "%"),
+        ],
+    )
+    k2 = (
+        "add",
+        [
+            ("gpu__time_duration.sum", 1000.0, "ns"),
+            ("dram__bytes_read.sum", 5.0, "B"),
+            ("sm__throughput.avg.pct_of_peak_sustained_elapsed", 90.0, "%"),
+        ],
+    )
     name, metrics = profile.combine_kernels([k1, k2])
     m = {n: v for n, v, _ in metrics}
     assert name == "gemv; add"

@@ -275,9 +275,7 @@ def bench_variant(
         "baseline": study.baseline,
         "source_sha256": sha256_file(src),
         "spec_sha256": variant.spec_sha256(),
-        "cubin_sha256": ""
-        if build.failed or variant.kind == "torch"
-        else sha256_file(build.cubin),
+        "cubin_sha256": "" if build.failed or variant.kind == "torch" else sha256_file(build.cubin),
         "defines": json.dumps(variant.defines),
         "nvcc_flags": build.nvcc_flags,
         "nvcc_version": build.nvcc_version,

@@ -452,7 +452,7 @@ def _print_rows(rows, problem):
 
 def cmd_launch(args) -> int:
     """Launch one variant at one size a few times: the target of ncu and compute-sanitizer."""
-    from kernelbook import build, gpu
+    from kernelbook import gpu
 
     project, study, variant = _study_variant(args)
     problem = problems.get(study.problem)

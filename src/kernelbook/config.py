@@ -7,9 +7,9 @@ expanded into candidate variants. Every error names the file and the key at faul
 
 from __future__ import annotations
 
+import ast
 import copy
 import functools
-import ast
 import hashlib
 import itertools
 import json

@@ -81,9 +81,7 @@ def ncu_version() -> str:
 NVTX_INCLUDE = "kernelbook_variant/"
 
 
-def ncu_command(
-    entry: str | None, report: Path, launch_cmd: list[str], prof: dict
-) -> list[str]:
+def ncu_command(entry: str | None, report: Path, launch_cmd: list[str], prof: dict) -> list[str]:
     """The ncu call for one kernel launch (``entry``), or, with ``entry`` None (a torch
     variant), for every kernel inside the launch's NVTX range; ``prof`` is a study's
     resolved profile settings."""
@@ -206,9 +204,7 @@ def combine_kernels(kernels):
         return next((v for n, v, _ in k[1] if n == "gpu__time_duration.sum" and v), 0.0)
 
     longest = max(kernels, key=duration)
-    out: dict[str, tuple[float | None, str | None]] = {
-        n: (v, u) for n, v, u in longest[1]
-    }
+    out: dict[str, tuple[float | None, str | None]] = {n: (v, u) for n, v, u in longest[1]}
     for name in out:
         if name.endswith(".sum"):
             values = [v for _, m in kernels for n, v, _ in m if n == name and v is not None]
