@@ -273,7 +273,6 @@ def cmd_bench(args) -> int:
     if variant.is_tuned:
         return _bench_tuned_sweep(args, project, study, variant, sizes)
     slot = gpu.acquire_slot()
-    s = project.settings
     flags = _nvcc_flags(project, variant)
     with tempfile.TemporaryDirectory() as tmp:
         if args.cubin:

@@ -588,7 +588,9 @@ def _python_functions(path: Path, where: str) -> list[str]:
     try:
         tree = ast.parse(path.read_text(), str(path))
     except SyntaxError as e:
-        raise ConfigError(f"{where}: {path.name} is not valid Python (line {e.lineno}): {e.msg}")
+        raise ConfigError(
+            f"{where}: {path.name} is not valid Python (line {e.lineno}): {e.msg}"
+        ) from None
     return [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
 
 
