@@ -19,10 +19,11 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kernelbook import gpu, problems, tables
 from kernelbook.build import sha256_file
-from kernelbook.config import Project, Study, Variant
+from kernelbook.config import Launch, Project, Study, Variant
 from kernelbook.problems.base import CheckError
 from kernelbook.timing import DeviceFault, Hang, Timer
 
@@ -44,6 +45,7 @@ class BuildInfo:
     nvcc_flags: str
     failed: str | None = None  # why there is nothing to run (a failed compile's message)
     failed_kind: str = "compile"
+    smem: int | None = None  # a triton kernel's dynamic shared memory (its build row)
 
 
 # After these the CUDA context is lost: nothing more runs in the job's process.
@@ -51,11 +53,96 @@ DEVICE_LOST = frozenset({"crash", "hang"})
 
 
 def _cuda_error(e: BaseException) -> bool:
-    return type(e).__module__.startswith(("cupy", "cupy_backends")) or "CUDA" in type(e).__name__
+    return (
+        type(e).__module__.startswith(("cupy", "cupy_backends"))
+        or "CUDA" in type(e).__name__
+        or type(e).__name__ == "AcceleratorError"  # torch's CUDA errors
+        or "CUDA error" in str(e)
+    )
 
 
 def _dims(d) -> str:
     return ",".join(str(x) for x in d)
+
+
+# Triton 3.x appends two pointer parameters to every kernel (global and profile scratch);
+# kernels that need no scratch memory (kinds.compile_triton refuses others) get null.
+TRITON_HIDDEN_PARAMS = 2
+
+
+@dataclass
+class Kernel:
+    """What a job launches: a cubin's function (cuda, triton) or a torch variant's entry."""
+
+    kind: str
+    fn: Any
+    smem: int | None = None  # triton: the dynamic shared memory its launch passes
+
+
+def load_kernel(root: Path, study: Study, variant: Variant, cubin: Path, smem=None) -> Kernel:
+    """The variant's kernel, loaded from its cubin (or its torch entry, imported)."""
+    where = f"{study.name}/{variant.id}"
+    if variant.kind == "torch":
+        from kernelbook import kinds
+        from kernelbook.build import CompileError
+
+        try:
+            return Kernel("torch", kinds.entry_function(root, variant))
+        except CompileError as e:
+            raise KernelFailure(str(e)) from None
+    import cupy as cp
+
+    try:
+        module = cp.RawModule(path=str(cubin))
+        fn = module.get_function(variant.entry)
+    except Exception as e:
+        raise KernelFailure(f"{where}: cannot load '{variant.entry}' from {cubin}: {e}") from None
+    if variant.kind == "triton" and smem is None:
+        raise KernelFailure(f"{where}: no build row gives the triton kernel's shared memory")
+    return Kernel(variant.kind, fn, int(smem) if smem is not None else None)
+
+
+def kernel_launcher(kernel: Kernel, study: Study, variant: Variant, sizes, case):
+    """(run, launch): a zero-argument launch of the variant on ``case`` at ``sizes``, and its
+    geometry (None for a torch variant, which launches its own kernels)."""
+    where = f"{study.name}/{variant.id}"
+    if kernel.kind == "torch":
+        from kernelbook import kinds
+
+        try:
+            run = kernel.fn(kinds.torch_case(case, study.params), **variant.defines)
+        except Exception as e:
+            if _cuda_error(e):
+                raise Crash(f"{where}: the torch entry crashed during its setup: {e}") from None
+            raise KernelFailure(
+                f"{where}: the torch entry '{variant.entry}' failed during its setup: {e!r}"
+            ) from None
+        if not callable(run):
+            raise KernelFailure(
+                f"{where}: the torch entry '{variant.entry}' returned {type(run).__name__}, "
+                "not a zero-argument callable"
+            )
+        return run, None
+    launch = variant.launch(sizes)
+    args = case.args
+    if kernel.kind == "triton":
+        import numpy as np
+
+        launch = Launch(launch.grid, launch.block, kernel.smem)
+        args = (*args, *([np.uint64(0)] * TRITON_HIDDEN_PARAMS))
+    if launch.smem > 48 * 1024:
+        try:
+            allow_dynamic_smem(kernel.fn, launch.smem)
+        except Exception as e:
+            raise KernelFailure(
+                f"{where}: cannot allow {launch.smem} bytes of dynamic shared memory: {e}"
+            ) from None
+    fn = kernel.fn
+
+    def run():
+        fn(launch.grid, launch.block, args, shared_mem=launch.smem)
+
+    return run, launch
 
 
 def allow_dynamic_smem(kernel, nbytes: int) -> None:
@@ -69,6 +156,16 @@ def allow_dynamic_smem(kernel, nbytes: int) -> None:
         cp.cuda.driver.funcSetAttribute(
             kernel.ptr, cp.cuda.driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes
         )
+
+
+def _triton_text() -> str:
+    """Triton's version, where it is installed (it compiled the triton variants)."""
+    try:
+        from importlib.metadata import version
+
+        return f", triton {version('triton')}"
+    except Exception:
+        return ""
 
 
 class Bench:
@@ -97,7 +194,7 @@ class Bench:
             "flush_bytes": self.timer.flush_bytes,
             "blocking_kernel": self.timer.blocking,
             "software": f"python {platform.python_version()}, cupy {cp.__version__}, "
-            f"torch {torch.__version__}",
+            f"torch {torch.__version__}" + _triton_text(),
             **gpu.host_provenance(project.root),
         }
         self.sampler = gpu.Sampler(slot_uuid)
@@ -107,31 +204,11 @@ class Bench:
         self.sampler.close()
 
     # ------------------------------------------------------------------------------
-    def load(self, variant: Variant, cubin: Path):
-        cp = self.cp
-        try:
-            module = cp.RawModule(path=str(cubin))
-            return module.get_function(variant.entry)
-        except Exception as e:
-            raise KernelFailure(
-                f"{self.study.name}/{variant.id}: cannot load '{variant.entry}' from {cubin}: {e}"
-            ) from None
+    def load(self, variant: Variant, build: BuildInfo) -> Kernel:
+        return load_kernel(self.project.root, self.study, variant, build.cubin, build.smem)
 
-    def launcher(self, kernel, variant: Variant, sizes, case):
-        launch = variant.launch(sizes)
-        if launch.smem > 48 * 1024:
-            try:
-                allow_dynamic_smem(kernel, launch.smem)
-            except Exception as e:
-                raise KernelFailure(
-                    f"{self.study.name}/{variant.id}: cannot allow {launch.smem} bytes of dynamic "
-                    f"shared memory: {e}"
-                ) from None
-
-        def run():
-            kernel(launch.grid, launch.block, case.args, shared_mem=launch.smem)
-
-        return run, launch
+    def launcher(self, kernel: Kernel, variant: Variant, sizes, case):
+        return kernel_launcher(kernel, self.study, variant, sizes, case)
 
     def where(self, variant: Variant, sizes) -> str:
         label = " ".join(f"{k}={v}" for k, v in sizes.items())
@@ -198,7 +275,7 @@ def bench_variant(
         "baseline": study.baseline,
         "source_sha256": sha256_file(src),
         "spec_sha256": variant.spec_sha256(),
-        "cubin_sha256": "" if build.failed else sha256_file(build.cubin),
+        "cubin_sha256": "" if build.failed or variant.kind == "torch" else sha256_file(build.cubin),
         "defines": json.dumps(variant.defines),
         "nvcc_flags": build.nvcc_flags,
         "nvcc_version": build.nvcc_version,
@@ -242,7 +319,7 @@ def bench_variant(
                 fail(s, build.failed_kind, build.failed)
             runnable = []
         else:
-            kernel = b.load(variant, build.cubin)
+            kernel = b.load(variant, build)
         with b.stream, b.torch.cuda.stream(b.torch_stream):
             for s in runnable:  # correct before fast: every size, before any timing
                 current = s
@@ -384,9 +461,9 @@ def _time_size(b: Bench, kernel, variant, s, checked, blank, samples=None) -> di
         correct=True,
         rel_err=result.rel_err,
         max_err=result.max_err,
-        grid=_dims(launch.grid),
-        block=_dims(launch.block),
-        smem_dynamic_bytes=launch.smem,
+        grid=_dims(launch.grid) if launch else None,
+        block=_dims(launch.block) if launch else None,
+        smem_dynamic_bytes=launch.smem if launch else None,
         measured_at=gpu.now(),
         **env,
     )

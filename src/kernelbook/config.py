@@ -7,6 +7,7 @@ expanded into candidate variants. Every error names the file and the key at faul
 
 from __future__ import annotations
 
+import ast
 import copy
 import functools
 import hashlib
@@ -196,6 +197,7 @@ class Variant:
     tune_point: dict[str, int] = field(default_factory=dict)
     candidates: tuple[str, ...] = ()  # for a tuned variant: its candidates' ids
     tune_sizes: tuple[dict[str, int], ...] = ()
+    kind: str = "cuda"  # cuda (a .cu), triton (a @triton.jit function) or torch (a callable)
 
     @property
     def is_tuned(self) -> bool:
@@ -244,6 +246,7 @@ class Variant:
             "smem": self.smem,
             "requires": list(self.requires),
             **({"computes": self.computes} if self.computes else {}),
+            **({"kind": self.kind} if self.kind != "cuda" else {}),
         }
 
     def spec_sha256(self) -> str:
@@ -573,11 +576,49 @@ def _check_exprs(items, allowed: set[str], where: str, key: str) -> None:
             )
 
 
+KINDS = ("cuda", "triton", "torch")
+SOURCE_SUFFIX = {"cuda": ".cu", "triton": ".py", "torch": ".py"}
+# Triton's launch settings, as defines (their defaults are Triton's own)
+TRITON_DEFAULTS = {"NUM_WARPS": 4, "NUM_STAGES": 3}
+
+
+def _python_functions(path: Path, where: str) -> list[str]:
+    """The top-level functions of a Python source, read without importing it (no triton
+    or torch import at config load)."""
+    try:
+        tree = ast.parse(path.read_text(), str(path))
+    except SyntaxError as e:
+        raise ConfigError(
+            f"{where}: {path.name} is not valid Python (line {e.lineno}): {e.msg}"
+        ) from None
+    return [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
+
+
 def _variant(study, vraw, settings, root, problem, params, sizes, where):
-    source = vraw.get("source", f"kernels/{study}/{vraw['id']}.cu")
+    kind = vraw.get("kind", "cuda")
+    if kind not in KINDS:  # the schema says so first; kept for records built by hand
+        raise ConfigError(f"{where}: kind '{kind}' is not one of {', '.join(KINDS)}")
+    source = vraw.get("source", f"kernels/{study}/{vraw['id']}{SOURCE_SUFFIX[kind]}")
     if not (root / source).is_file():
         raise ConfigError(f"{where}: source {source} not found")
-    raw_defines = vraw.get("defines", {})
+    if kind != "cuda":
+        if not source.endswith(".py"):
+            raise ConfigError(f"{where}: a {kind} variant's source is a .py file, not {source}")
+        found = _python_functions(root / source, where)
+        if vraw["entry"] not in found:
+            raise ConfigError(
+                f"{where}: entry '{vraw['entry']}' is not a function of {source} "
+                f"(functions: {', '.join(found) or 'none'})"
+            )
+    raw_defines = dict(vraw.get("defines", {}))
+    if kind == "triton":
+        space = (vraw.get("tune") or {}).get("space", {})
+        for k, v in TRITON_DEFAULTS.items():
+            if k not in raw_defines and k not in space:
+                raw_defines[k] = v
+        vraw = {**vraw, "block": ["32 * NUM_WARPS"], "smem": 0}
+    elif kind == "torch":
+        vraw = {**vraw, "grid": [1], "block": [1], "smem": 0}
     clash = set(raw_defines) & set(problem.size_names)
     if clash:
         raise ConfigError(f"{where}: defines {', '.join(sorted(clash))} clash with size names")
@@ -608,6 +649,7 @@ def _variant(study, vraw, settings, root, problem, params, sizes, where):
         expect=vraw.get("expect"),
         computes=vraw.get("computes"),
         known_findings=dict(vraw.get("known_findings", {})),
+        kind=kind,
     )
     if not tune:
         defines = _resolve_defines(raw_defines, {}, where)

@@ -77,8 +77,19 @@ def ncu_version() -> str:
     return out.strip().splitlines()[-1] if out.strip() else "unknown"
 
 
-def ncu_command(entry: str, report: Path, launch_cmd: list[str], prof: dict) -> list[str]:
-    """The ncu call for one kernel launch; ``prof`` is a study's resolved profile settings."""
+# A torch variant's kernels: those launched inside this NVTX push/pop range (cli.NVTX_RANGE)
+NVTX_INCLUDE = "kernelbook_variant/"
+
+
+def ncu_command(entry: str | None, report: Path, launch_cmd: list[str], prof: dict) -> list[str]:
+    """The ncu call for one kernel launch (``entry``), or, with ``entry`` None (a torch
+    variant), for every kernel inside the launch's NVTX range; ``prof`` is a study's
+    resolved profile settings."""
+    only = (
+        ["-k", f"regex:^{entry}$", "--launch-count", "1"]
+        if entry
+        else ["--nvtx", "--nvtx-include", NVTX_INCLUDE]
+    )
     cmd = [
         ncu_exe(),
         "--clock-control",
@@ -88,10 +99,7 @@ def ncu_command(entry: str, report: Path, launch_cmd: list[str], prof: dict) -> 
         "--target-processes",
         "all",
         "--force-overwrite",
-        "-k",
-        f"regex:^{entry}$",
-        "--launch-count",
-        "1",
+        *only,
         "-o",
         str(report),
     ]
@@ -105,7 +113,7 @@ def ncu_command(entry: str, report: Path, launch_cmd: list[str], prof: dict) -> 
 
 
 def run_ncu(
-    entry: str,
+    entry: str | None,
     report: Path,
     launch_cmd: list[str],
     prof: dict,
@@ -122,7 +130,8 @@ def run_ncu(
     if proc.returncode != 0 or not rep.is_file():
         raise ProfileError(f"{where}: ncu failed (exit {proc.returncode}):\n{log[-4000:]}")
     if "==PROF== Profiling" not in log:
-        raise ProfileError(f"{where}: ncu ran but profiled no kernel named {entry}:\n{log[-2000:]}")
+        what = f"named {entry}" if entry else f"inside the NVTX range {NVTX_INCLUDE}"
+        raise ProfileError(f"{where}: ncu ran but profiled no kernel {what}:\n{log[-2000:]}")
     return log
 
 
@@ -169,7 +178,42 @@ def read_report(path: Path) -> tuple[str, list[tuple[str, float | None, str | No
     ctx = ncu_report.load_report(str(path))
     if ctx.num_ranges() == 0 or ctx.range_by_idx(0).num_actions() == 0:
         raise ProfileError(f"{path}: the report holds no profiled kernel")
-    action = ctx.range_by_idx(0).action_by_idx(0)
+    return _action_metrics(ctx.range_by_idx(0).action_by_idx(0))
+
+
+def read_report_all(path: Path) -> tuple[str, list[tuple[str, float | None, str | None]]]:
+    """Every profiled kernel of a report as one (a torch variant's several kernels): the
+    kernel names joined by '; ', counters (``.sum`` metrics) summed over the kernels, the
+    other metrics (ratios, percentages, launch settings) those of the longest kernel."""
+    ncu_report = import_ncu_report()
+    ctx = ncu_report.load_report(str(path))
+    kernels = [
+        _action_metrics(ctx.range_by_idx(r).action_by_idx(a))
+        for r in range(ctx.num_ranges())
+        for a in range(ctx.range_by_idx(r).num_actions())
+    ]
+    if not kernels:
+        raise ProfileError(f"{path}: the report holds no profiled kernel")
+    return combine_kernels(kernels)
+
+
+def combine_kernels(kernels):
+    """(name, metrics) of several kernels as one: see read_report_all."""
+
+    def duration(k):
+        return next((v for n, v, _ in k[1] if n == "gpu__time_duration.sum" and v), 0.0)
+
+    longest = max(kernels, key=duration)
+    out: dict[str, tuple[float | None, str | None]] = {n: (v, u) for n, v, u in longest[1]}
+    for name in out:
+        if name.endswith(".sum"):
+            values = [v for _, m in kernels for n, v, _ in m if n == name and v is not None]
+            out[name] = (sum(values) if values else None, out[name][1])
+    names = "; ".join(dict.fromkeys(k[0] for k in kernels))
+    return names, [(n, v, u) for n, (v, u) in sorted(out.items())]
+
+
+def _action_metrics(action) -> tuple[str, list[tuple[str, float | None, str | None]]]:
     rows = []
     for name in sorted(action.metric_names()):
         metric = action.metric_by_name(name)
@@ -256,9 +300,19 @@ def profile_variant(
             continue
         report = report_dir / label
         launch = launch_command(project, study, variant, label, cubin)
+        torch_kind = variant.kind == "torch"
         try:
-            run_ncu(variant.entry, report, launch, study.profile, where, env, timeout)
-            kernel, metrics = read_report(Path(str(report) + ".ncu-rep"))
+            run_ncu(
+                None if torch_kind else variant.entry,
+                report,
+                launch,
+                study.profile,
+                where,
+                env,
+                timeout,
+            )
+            read = read_report_all if torch_kind else read_report
+            kernel, metrics = read(Path(str(report) + ".ncu-rep"))
         except ToolTimeout as e:
             marker(s, label, "failed", "hang", str(e))
             continue

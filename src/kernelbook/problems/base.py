@@ -150,6 +150,14 @@ class Problem:
         return {n: sizes[n] for n in self.size_names}
 
     # ---- device side ---------------------------------------------------------------
+    def kernel_arg_types(self, dtype: str) -> tuple[str, ...]:
+        """The kernel argument list (``Case.args``) as Triton types (``i32``, ``fp32``,
+        ``*fp32``, ``*bf16``...), for compiling a Triton variant ahead of time."""
+        raise NotImplementedError(
+            f"problem '{self.name}' does not describe its kernel arguments for Triton "
+            "(Problem.kernel_arg_types)"
+        )
+
     def setup(
         self,
         sizes,
