@@ -615,7 +615,19 @@ def cmd_device(args) -> int:
 def cmd_gather(args) -> int:
     from kernelbook import tables
 
-    tables.gather(args.inputs, args.out, args.table)
+    df = tables.gather(args.inputs, args.out, args.table)
+    if args.device or args.meta:
+        if not (args.device and args.meta) or args.table != "measurements":
+            raise SystemExit("kernelbook gather: --device and --meta go together, on measurements")
+        from kernelbook import regimes
+
+        sizes = tables.table_sizes(args.inputs[0]) if args.inputs else ()
+        meta = json.loads(Path(args.meta).read_text())
+        try:
+            df = regimes.annotate(df, tables.read(args.device), meta)
+        except regimes.RegimesError as e:
+            raise SystemExit(f"kernelbook gather: {args.device}: {e}") from None
+        tables.write(df, args.out, "measurements", sizes)
     return 0
 
 
@@ -760,6 +772,11 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("table")
     s.add_argument("out")
     s.add_argument("inputs", nargs="*")
+    s.add_argument(
+        "--device",
+        help="measurements: add the three-term prediction (kernelbook.regimes) from this device table",
+    )
+    s.add_argument("--meta", help="with --device: the study.json holding each variant's predict")
     s.set_defaults(fn=cmd_gather)
 
     s = sub.add_parser("stages", help="a study's Snakemake benchmark files as one table")
