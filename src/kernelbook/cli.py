@@ -774,7 +774,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("inputs", nargs="*")
     s.add_argument(
         "--device",
-        help="measurements: add the three-term prediction (kernelbook.regimes) from this device table",
+        help="measurements: add the three-term prediction (kernelbook.regimes) from this "
+        "device table",
     )
     s.add_argument("--meta", help="with --device: the study.json holding each variant's predict")
     s.set_defaults(fn=cmd_gather)
