@@ -275,7 +275,8 @@ def regimes_figure(meas, device, meta, outdir, order: list[str]):
         "Measured median time (dots) against the element count N, per op; dashed: the "
         "three-term model max(launch overhead, bytes / copy bandwidth, FLOP / peak) with the "
         "device table's numbers; shaded: where the model says each term binds (for the "
-        "panel's first variant), dotted lines at its crossover sizes."
+        "panel's first variant), dotted lines at its crossover sizes. "
+        + crossover_text(crossover_table(meas, device, meta))
     )
     return figures.save(fig, outdir, "regimes", "Three regimes: time against size", caption)
 
@@ -342,6 +343,41 @@ def graph_figure(meas, outdir, eager: str, graphed: str):
         "the two meet where memory binds."
     )
     return figures.save(fig, outdir, "graph", "CUDA graph against eager launches", caption)
+
+
+def graph_pair(meta: dict) -> tuple[str, str] | None:
+    """(eager, graph) ids: the first graph variant and the first plain variant of its op
+    with as many launches."""
+    sh = shapes(meta)
+    for g, s in sh.items():
+        if s.graph:
+            for e, t in sh.items():
+                if not t.graph and t.op == s.op and t.launches == s.launches:
+                    return e, g
+    return None
+
+
+def crossover_text(table: pd.DataFrame) -> str:
+    """One sentence per variant: the model's crossovers and the measured knee."""
+    from kernelbook.worklog import fmt
+
+    parts = []
+    for _, r in table.iterrows():
+        cuts = [
+            f"{k} at N = {fmt(r[k], 3)}"
+            for k in ("overhead->memory", "overhead->compute", "memory->compute")
+            if r[k] is not None and not pd.isna(r[k])
+        ]
+        knee = r["measured_knee"]
+        parts.append(
+            f"{r['variant']}: model {', '.join(cuts) or 'one regime throughout'}; measured "
+            + (
+                f"time doubles its floor at N = {fmt(knee, 3)}"
+                if knee is not None and not pd.isna(knee)
+                else "time never doubles its floor"
+            )
+        )
+    return "Crossovers. " + "; ".join(parts) + "."
 
 
 def draw(meas, device, meta, outdir, order, graph_pair=None) -> list:
