@@ -249,10 +249,15 @@ def regimes_figure(meas, device, meta, outdir, order: list[str]):
     sh = shapes(meta)
     params = meta.get("params") or {}
     ops = list(dict.fromkeys(sh[v].op for v in order if v in sh))
-    fig, axes = plt.subplots(1, len(ops), figsize=(4.2 * len(ops), 4.0), squeeze=False)
+    cols = min(3, len(ops))
+    nrows = math.ceil(len(ops) / cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(4.6 * cols, 3.8 * nrows), squeeze=False)
+    flat = list(axes.ravel())
+    for ax in flat[len(ops) :]:
+        ax.set_visible(False)
     colors = figures.palette(order)
     lo, hi = float(df["N"].min()) / 2, float(df["N"].max()) * 2
-    for ax, op in zip(axes[0], ops, strict=True):
+    for ax, op in zip(flat, ops, strict=False):
         vs = [v for v in order if v in sh and sh[v].op == op]
         _shade(ax, sh[vs[0]], c, params, lo, hi)
         for v in vs:

@@ -241,7 +241,10 @@ def bf16_tensor(array):
     """A CuPy uint16 (bf16 bits) array or a torch tensor, as a bfloat16 torch tensor (no copy)."""
     import torch
 
-    t = array if isinstance(array, torch.Tensor) else torch.as_tensor(array, device="cuda")
+    if not isinstance(array, torch.Tensor):
+        # through int16: torch reads a uint16 __cuda_array_interface__ only in newer versions
+        array = torch.as_tensor(array.view("int16"), device="cuda")
+    t = array
     if t.dtype == torch.bfloat16:
         return t
     if t.dtype == torch.uint16:
