@@ -301,19 +301,21 @@ def error_figure(meas, outdir, order: list[str]):
         for b, m in markers.items():
             e = d[d["predicted_bound"] == b]
             if len(e):
-                ax.scatter(e["N"], 100 * e["prediction_error"], color=colors[v], marker=m, s=20)
+                ax.scatter(e["N"], 1 + e["prediction_error"], color=colors[v], marker=m, s=20)
         if len(d):
             d = d.sort_values("N")
-            ax.plot(d["N"], 100 * d["prediction_error"], color=colors[v], lw=0.8, label=v)
-    ax.axhline(0, color="black", lw=0.8)
+            ax.plot(d["N"], 1 + d["prediction_error"], color=colors[v], lw=0.8, label=v)
+    ax.axhline(1, color="black", lw=0.8)
     ax.set_xscale("log")
+    ax.set_yscale("log")
     ax.set_xlabel("elements N")
-    ax.set_ylabel("measured / predicted - 1 (%)")
+    ax.set_ylabel("measured / predicted")
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     caption = (
         "The model's error per row: circles where it predicts overhead-bound, squares "
-        "memory-bound, triangles compute-bound; above zero the op is slower than the model."
+        "memory-bound, triangles compute-bound; above 1 the op is slower than the model "
+        "(the table's prediction_error is this ratio minus 1)."
     )
     return figures.save(fig, outdir, "prediction_error", "Prediction error per row", caption)
 
