@@ -383,7 +383,7 @@ def test_device_table_launch_overhead_rows():
     from kernelbook.timing import Timer
 
     settings = config.load_settings(yaml.safe_load((REPO / "config/config.yaml").read_text()))
-    policy = {**settings["timing"], "cache": "warm", "method": "events"}
+    policy = {**settings["timing"], "cache": "warm", "method": "events", "max_time_s": 3}
     ts = torch.cuda.Stream()
     stream = cp.cuda.ExternalStream(ts.cuda_stream)
     timer = Timer(policy, 0, stream, ts)

@@ -212,7 +212,7 @@ def launch_overhead(timing: dict, timer: Timer) -> dict[str, tuple[float, str]]:
         "median, warm",
     )
     launches = int(timing["graph_launches"])
-    graph_policy = {**timer.policy, "method": "graph", "cache": "warm"}
+    graph_policy = {**timer.policy, "method": "graph", "cache": "warm", "graph_launches": launches}
     graph_timer = Timer(graph_policy, 0, timer.stream, timer.torch_stream)
     try:
         t = graph_timer.measure({"empty": empty}, "empty kernel, CUDA graph")["empty"].median
