@@ -285,6 +285,7 @@ def bench_variant(
     columns = dict.fromkeys(tables.schema("measurements", problem.size_names).names)
 
     def blank(s, status, reason):
+        flop, nbytes = problem.cost(s, study.dtype, variant.computes, study.params)
         return {
             **columns,
             **static,
@@ -292,8 +293,8 @@ def bench_variant(
             "size": problem.label(s),
             "status": status,
             "reason": reason,
-            "flop": problem.flops(s),
-            "bytes_min": problem.min_bytes(s, study.dtype),
+            "flop": flop,
+            "bytes_min": nbytes,
             "tolerance": study.tolerance or problem.tolerance(s, study.dtype),
             "measured_at": gpu.now(),
         }
@@ -416,7 +417,7 @@ def _time_size(b: Bench, kernel, variant, s, checked, blank, samples=None) -> di
     )
     run, launch = b.launcher(kernel, variant, s, case)
     base = problem.baseline(case, study.baseline, study.params)
-    flop, nbytes = problem.flops(s), problem.min_bytes(s, study.dtype)
+    flop, nbytes = problem.cost(s, study.dtype, variant.computes, study.params)
     fns = {"variant": run, "baseline": base.run}
     if problem.figure_of_merit == "gbps":
         fns["copy"] = _copy_launcher(b, nbytes)

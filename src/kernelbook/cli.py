@@ -760,11 +760,26 @@ def cmd_device(args) -> int:
 
 
 def cmd_gather(args) -> int:
-    from kernelbook import tables, tune
+    from kernelbook import regimes, tables, tune
 
     # measurements: a tuned variant's confirmed rows replace its selection rows
-    post = tune.confirmed if args.table == "measurements" else None
-    tables.gather(args.inputs, args.out, args.table, post)
+    steps = [tune.confirmed] if args.table == "measurements" else []
+    if args.device or args.meta:
+        if not (args.device and args.meta) or args.table != "measurements":
+            raise SystemExit("kernelbook gather: --device and --meta go together, on measurements")
+        meta = json.loads(Path(args.meta).read_text())
+        device = tables.read(args.device)
+        steps.append(lambda df: regimes.annotate(df, device, meta))
+
+    def post(df):
+        for step in steps:
+            df = step(df)
+        return df
+
+    try:
+        tables.gather(args.inputs, args.out, args.table, post if steps else None)
+    except regimes.RegimesError as e:
+        raise SystemExit(f"kernelbook gather: {args.device}: {e}") from None
     return 0
 
 
@@ -909,6 +924,12 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("table")
     s.add_argument("out")
     s.add_argument("inputs", nargs="*")
+    s.add_argument(
+        "--device",
+        help="measurements: add the three-term prediction (kernelbook.regimes) from this "
+        "device table",
+    )
+    s.add_argument("--meta", help="with --device: the study.json holding each variant's predict")
     s.set_defaults(fn=cmd_gather)
 
     s = sub.add_parser("stages", help="a study's Snakemake benchmark files as one table")

@@ -1172,6 +1172,15 @@ def _variant_section(data, v, prev, head, base, unit, fom) -> list[str]:
             else:
                 parts.append(f"{fmt(p)} {label}, measured {fmt(got)} ({fmt(got / p, 3)}x)")
         L += ["**Prediction.** " + "; ".join(parts) + ".", ""]
+    if r is not None and _float(r.get("predicted_ms")) is not None:
+        # the three-term model (kernelbook.regimes), from the device table
+        got = _float(r.get("median_ms"))
+        L += [
+            f"**Model at {size}.** {fmt(r['predicted_ms'])} ms, {r.get('predicted_bound')}-bound"
+            + (f"; measured {fmt(got)} ms ({fmt(got / r['predicted_ms'], 3)}x)" if got else "")
+            + ".",
+            "",
+        ]
     if r is None:
         L += [f"**Measurement.** Not measured at {size}.", ""]
     elif r["status"] != "ok":

@@ -123,6 +123,13 @@ class Problem:
     def tolerance(self, sizes: dict[str, int], dtype: str) -> float:
         raise NotImplementedError
 
+    def cost(
+        self, sizes: dict[str, int], dtype: str, computes: str | None = None, params=None
+    ) -> tuple[float, float]:
+        """(FLOP, minimal bytes) of one launch of the function ``computes`` names (None: the
+        problem's own); a problem whose alternatives cost differently overrides this."""
+        return self.flops(sizes), self.min_bytes(sizes, dtype)
+
     def label(self, sizes: dict[str, int]) -> str:
         return "x".join(str(sizes[n]) for n in self.size_names)
 
