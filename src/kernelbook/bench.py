@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelbook import gpu, problems, tables
+from kernelbook import launch as launch_mod
 from kernelbook.build import sha256_file
 from kernelbook.config import Project, Study, Variant
 from kernelbook.problems.base import CheckError
@@ -108,10 +109,8 @@ class Bench:
 
     # ------------------------------------------------------------------------------
     def load(self, variant: Variant, cubin: Path):
-        cp = self.cp
         try:
-            module = cp.RawModule(path=str(cubin))
-            return module.get_function(variant.entry)
+            return launch_mod.load(variant, cubin)
         except Exception as e:
             raise KernelFailure(
                 f"{self.study.name}/{variant.id}: cannot load '{variant.entry}' from {cubin}: {e}"
@@ -119,18 +118,11 @@ class Bench:
 
     def launcher(self, kernel, variant: Variant, sizes, case):
         launch = variant.launch(sizes)
-        if launch.smem > 48 * 1024:
-            try:
-                allow_dynamic_smem(kernel, launch.smem)
-            except Exception as e:
-                raise KernelFailure(
-                    f"{self.study.name}/{variant.id}: cannot allow {launch.smem} bytes of dynamic "
-                    f"shared memory: {e}"
-                ) from None
-
-        def run():
-            kernel(launch.grid, launch.block, case.args, shared_mem=launch.smem)
-
+        where = self.where(variant, sizes)
+        try:
+            run = launch_mod.runner(kernel, launch, case, self.problem, self.stream.ptr, where)
+        except Exception as e:
+            raise KernelFailure(f"{where}: cannot set up the launch: {e}") from None
         return run, launch
 
     def where(self, variant: Variant, sizes) -> str:
@@ -203,6 +195,7 @@ def bench_variant(
         "nvcc_flags": build.nvcc_flags,
         "nvcc_version": build.nvcc_version,
         **b.provenance,
+        "arch": variant.target(project.settings["arch"]),
     }
 
     columns = dict.fromkeys(tables.schema("measurements", problem.size_names).names)

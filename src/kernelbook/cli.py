@@ -106,7 +106,7 @@ def cmd_compile(args) -> int:
         "reason": None,
         "entry": variant.entry,
         "source": variant.source,
-        "arch": s["arch"],
+        "arch": variant.target(s["arch"]),
         "registers": r.registers,
         "barriers": r.barriers,
         "smem_static_bytes": r.smem_static_bytes,
@@ -175,7 +175,7 @@ def _record_compile_failure(args, project, study, variant, flags, error) -> int:
         "reason": f"compile: {error}",
         "entry": variant.entry,
         "source": variant.source,
-        "arch": project.settings["arch"],
+        "arch": variant.target(project.settings["arch"]),
         "source_sha256": build.sha256_file(source) if source.is_file() else "",
         "spec_sha256": variant.spec_sha256(),
         "cubin_sha256": "",
@@ -374,17 +374,18 @@ def cmd_launch(args) -> int:
             computes=variant.computes,
             reference=args.check,
         )
-        kernel = cp.RawModule(path=str(cubin)).get_function(variant.entry)
-        launch = variant.launch(sizes)
-        if launch.smem > 48 * 1024:
-            from kernelbook.bench import allow_dynamic_smem
+        from kernelbook import launch as launch_mod
 
-            allow_dynamic_smem(kernel, launch.smem)
+        kernel = launch_mod.load(variant, cubin)
+        launch = variant.launch(sizes)
         limit = float(project.settings["timeouts"]["launch_s"])
         where = f"{study.name}/{variant.id} at {problem.label(sizes)}"
+        run = launch_mod.runner(
+            kernel, launch, case, problem, cp.cuda.get_current_stream().ptr, where
+        )
         for i in range(args.repeat):
             case.reset()
-            kernel(launch.grid, launch.block, case.args, shared_mem=launch.smem)
+            run()
             _wait_or_leave(cp, limit, where)
             if args.check and i == 0:
                 tol = study.tolerance or problem.tolerance(sizes, study.dtype)
