@@ -525,7 +525,9 @@ def cmd_roofline(args) -> int:
     meas = tables.read(args.measurements) if args.measurements else None
     dev = tables.read(args.device) if args.device else None
     problem = problems.get(study.problem)
-    out = profile.roofline(prof, meas, dev, study.size_names, problem.flops)
+    out = profile.roofline(
+        prof, meas, dev, study.size_names, problem.flops, tensor_flops=problem.peak != "fp32"
+    )
     if out.empty:  # nothing profiled (every variant failed or was not run)
         out = pd.DataFrame(columns=tables.schema("roofline", study.size_names).names)
     tables.write(out, args.out, "roofline", study.size_names)

@@ -307,20 +307,29 @@ def _div(a: float, b: float) -> float | None:
     return a / b if b and not math.isnan(a) and not math.isnan(b) else None
 
 
-def ceilings(device: pd.DataFrame) -> dict[str, float]:
+# the device table's compute peak per roofline kind (Problem.peak)
+PEAK_KEYS = {"fp32": "fp32_peak_tflops", "bf16_tensor": "bf16_tensor_peak_tflops"}
+
+
+def ceilings(device: pd.DataFrame, peak: str = "fp32") -> dict[str, float]:
+    """Bandwidth ceilings and the compute peak of this kind (as ``compute_peak_tflops``)."""
     q = device.set_index("quantity")["value"]
-    return {
+    out = {
         k: float(q[k])
         for k in ("copy_gbps", "l2_gbps", "l1_gbps", "fp32_peak_tflops", "cublas_fp32_tflops")
         if k in q.index
     }
+    if PEAK_KEYS[peak] in q.index:
+        out["compute_peak_tflops"] = float(q[PEAK_KEYS[peak]])
+    return out
 
 
 def bound(ai: dict[str, float | None], ceil: dict[str, float]) -> str | None:
     """The ceiling that limits attainable FLOP/s at these intensities (lowest roof)."""
     roofs = {}
-    if "fp32_peak_tflops" in ceil:
-        roofs["compute"] = ceil["fp32_peak_tflops"] * 1e3  # GFLOP/s
+    peak = ceil.get("compute_peak_tflops", ceil.get("fp32_peak_tflops"))
+    if peak:
+        roofs["compute"] = peak * 1e3  # GFLOP/s
     for level, key in (("dram", "copy_gbps"), ("l2", "l2_gbps"), ("l1", "l1_gbps")):
         if key in ceil and ai.get(level):
             roofs[level] = ceil[key] * ai[level]
@@ -333,9 +342,15 @@ def roofline(
     device: pd.DataFrame | None,
     size_names: tuple[str, ...],
     flop_expected,
+    tensor_flops: bool = False,
 ) -> pd.DataFrame:
-    """One row per (variant, size) of the profile table: work, traffic, intensities, bounds."""
-    ceil = ceilings(device) if device is not None else {}
+    """One row per (variant, size) of the profile table: work, traffic, intensities, bounds.
+
+    ``tensor_flops``: the work is done on tensor cores, which ncu's per-instruction FLOP
+    counters do not see; the model's FLOPs (``flop_expected``) are added to what they count.
+    """
+    kind = "bf16_tensor" if tensor_flops else "fp32"
+    ceil = ceilings(device, kind) if device is not None else {}
     out = []
     profile = profiled(profile)
     for (study, variant, size), grp in profile.groupby(["study", "variant", "size"], sort=False):
@@ -343,6 +358,8 @@ def roofline(
         first = grp.iloc[0]
         sizes = {n: int(first[n]) for n in size_names}
         flop = sum(_metric(wide, m) * w for m, w in FLOP_METRICS.items() if m in wide.index)
+        if tensor_flops:
+            flop += float(flop_expected(sizes))
         dram = _metric(wide, "dram__bytes_read.sum") + _metric(wide, "dram__bytes_write.sum")
         l2, l1 = _metric(wide, "lts__t_bytes.sum"), _metric(wide, "l1tex__t_bytes.sum")
         t_ms = _metric(wide, "gpu__time_duration.sum") / 1e6

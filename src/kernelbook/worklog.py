@@ -435,6 +435,14 @@ def figure_of_merit(data: StudyData) -> str:
         return "tflops"
 
 
+def _peak_kind(data: StudyData) -> str:
+    """The roofline's compute roof for this study's problem ("fp32" or "bf16_tensor")."""
+    try:
+        return problems.get(data.meta.get("problem", "")).peak
+    except KeyError:
+        return "fp32"
+
+
 def baseline_label(data: StudyData) -> str:
     """'cuBLAS' from 'cuBLAS via torch ... TF32 off'; else the config's baseline name."""
     modes = data.measurements.get("baseline_mode")
@@ -888,6 +896,7 @@ def make_figures(
             outdir,
             ceil=figures.ceilings(data.table("device")),
             size_label=s,
+            peak_kind=_peak_kind(data),
         )
 
     attempt("roofline", "Hierarchical roofline", roof)

@@ -50,6 +50,7 @@ class Hgemm(Problem):
     baselines = {"cublas": "cuBLAS BF16 GEMM through torch.matmul(A, B.t(), out=C)"}
     default_params = {}
     figure_of_merit = "tflops"
+    peak = "bf16_tensor"  # roofline: dense BF16 tensor peak; tensor FLOPs from the model
 
     # The matrices a kernel can get tensor maps of (variant key ``tma:``): name -> (rows,
     # columns) at these sizes, row-major bf16, in the kernel's argument order.
