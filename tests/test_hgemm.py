@@ -204,9 +204,12 @@ def test_sm90a_kernels_compile_with_hopper_instructions(built, vid):
     assert "C7508" not in res.log, "ptxas ignored setmaxnreg"
     ops = set(res.sass)
     assert not {op for op in ops if op.split(".")[0] in ("LDL", "STL", "HMMA")}
-    want = EXPECTED_SASS.get(vid) or EXPECTED_SASS[
-        "09_cluster_multicast" if v.tune_point.get("CLUSTER_M", 1) > 1 else "08_persistent"
-    ]
+    want = (
+        EXPECTED_SASS.get(vid)
+        or EXPECTED_SASS[
+            "09_cluster_multicast" if v.tune_point.get("CLUSTER_M", 1) > 1 else "08_persistent"
+        ]
+    )
     for prefix in want:
         assert any(op.startswith(prefix) for op in ops), (prefix, sorted(ops))
     # one wgmma m64nBNk16 per 16-wide K slice of the 64-wide tile, for the variant's BN

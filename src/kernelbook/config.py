@@ -491,9 +491,7 @@ def load_study(path: Path, settings: dict, root: Path) -> Study:
         variants.append(v)
         candidates.extend(cands)
         claimed = [*sizes, *profile_sizes, *([sanitize_size] if sanitize_size else [])]
-        _check_launches(
-            [v, *cands], claimed, smem_optin_limit(v.target(settings["arch"])), where
-        )
+        _check_launches([v, *cands], claimed, smem_optin_limit(v.target(settings["arch"])), where)
     return Study(
         name=name,
         path=shown,

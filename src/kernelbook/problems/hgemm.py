@@ -117,8 +117,10 @@ class Hgemm(Problem):
         M, N, K = case.sizes["M"], case.sizes["N"], case.sizes["K"]
 
         def bf16(x, rows, cols):
-            return torch.as_tensor(x.view(cp.int16), device="cuda").view(torch.bfloat16).view(
-                rows, cols
+            return (
+                torch.as_tensor(x.view(cp.int16), device="cuda")
+                .view(torch.bfloat16)
+                .view(rows, cols)
             )
 
         A = bf16(case.inputs["A"], M, K)
