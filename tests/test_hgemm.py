@@ -218,3 +218,104 @@ def test_sm90a_kernels_compile_with_hopper_instructions(built, vid):
     assert hgmma and sum(res.sass[op] for op in hgmma) == 4, res.sass
     assert r.registers <= 65536 // math.prod(v.launch(HGEMM.headline).block)
     assert bn in (128, 256)
+
+
+# ------------------------------------------------------------------------------------------
+# the roofline of a tensor-core problem: model FLOPs, the BF16 tensor roof, tensor columns
+
+
+def test_tensor_core_roofline_uses_model_flops_and_the_bf16_peak():
+    import pandas as pd
+
+    from kernelbook import profile
+
+    mnk = 4096**3
+    metrics = {
+        "gpu__time_duration.sum": 0.25e6,  # 0.25 ms
+        "sm__sass_thread_inst_executed_op_ffma_pred_on.sum": 0.0,
+        "sm__inst_executed_pipe_tensor_op_gmma.sum": 1e6,
+        "sm__inst_executed_pipe_tensor_op_hmma.sum": 0.0,
+        "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active": 71.5,
+        "dram__bytes_read.sum": 1e8,
+        "dram__bytes_write.sum": 3e7,
+        "lts__t_bytes.sum": 2e9,
+        "l1tex__t_bytes.sum": 1e9,
+    }
+    rows = pd.DataFrame(
+        [
+            {
+                "study": "hgemm",
+                "variant": "06_wgmma_tma",
+                "M": 4096,
+                "N": 4096,
+                "K": 4096,
+                "size": "4096x4096x4096",
+                "metric": k,
+                "value": v,
+                "gpu_name": "G",
+                "gpu_uuid": "U",
+            }
+            for k, v in metrics.items()
+        ]
+    )
+    # a compute roof of 60 TFLOP/s (FP32) would call 550 TFLOP/s compute-bound at any
+    # intensity; against the 990 TFLOP/s BF16 roof and a 1 TB/s L1 the L1 roof is lower
+    device = pd.DataFrame(
+        {
+            "quantity": ["copy_gbps", "l2_gbps", "l1_gbps", "fp32_peak_tflops"]
+            + ["bf16_tensor_peak_tflops"],
+            "value": [4800.0, 10000.0, 1000.0, 60.0, 990.0],
+        }
+    )
+    p = problems.get("hgemm")
+    r = profile.roofline(rows, None, device, p.size_names, p.flops, tensor_flops=True).iloc[0]
+    assert r["flop"] == 2 * mnk
+    assert r["tflops"] == pytest.approx(2 * mnk / 0.25e-3 / 1e12)
+    assert r["tensor_pipe_pct"] == 71.5
+    assert r["hgmma_inst"] == 1e6 and r["hmma_inst"] == 0
+    assert r["bound"] == "l1"  # L1: 1000 GB/s x 137 FLOP/B = 137 TFLOP/s < 990
+    plain = profile.roofline(rows, None, device, p.size_names, p.flops).iloc[0]
+    assert plain["flop"] == 0 and plain["bound"] is None  # FP counters alone see nothing
+
+
+def test_roofline_figure_draws_the_bf16_tensor_roof(tmp_path):
+    import pandas as pd
+
+    from kernelbook import figures
+
+    roof = pd.DataFrame(
+        [
+            {
+                "variant": v,
+                "tflops": t,
+                "ai_dram": 600.0,
+                "ai_l2": 120.0,
+                "ai_l1": 60.0,
+                "flop": 1e12,
+            }
+            for v, t in (("06_wgmma_tma", 420.0), ("09_cluster_multicast", 610.0))
+        ]
+    )
+    device = pd.DataFrame(
+        {
+            "quantity": ["copy_gbps", "l2_gbps", "bf16_tensor_peak_tflops", "cublas_bf16_tflops"],
+            "value": [4300.0, 9000.0, 1070.0, 668.0],
+        }
+    )
+    figures.roofline(
+        roof,
+        ["06_wgmma_tma", "09_cluster_multicast"],
+        tmp_path,
+        ceil=figures.ceilings(device),
+        size_label="4096x4096x4096",
+        peak_kind="bf16_tensor",
+    )
+    assert list(tmp_path.glob("roofline*")), list(tmp_path.iterdir())
+    with pytest.raises(figures.NoData, match="no compute peak"):
+        figures.roofline(
+            roof,
+            ["06_wgmma_tma"],
+            tmp_path,
+            ceil=figures.ceilings(device),
+            size_label="4096x4096x4096",
+        )

@@ -54,6 +54,11 @@ DEFAULT_METRICS = [
     "launch__occupancy_limit_warps",
     "launch__occupancy_limit_blocks",
 ]
+# tensor pipe utilisation (a study asks for them in its profile: metrics)
+TENSOR_PIPE_METRICS = (
+    "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
+    "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+)
 STALL_PREFIX = "smsp__average_warps_issue_stalled_"
 STALL_SUFFIX = "_per_issue_active.ratio"
 
@@ -373,6 +378,12 @@ def roofline(
             and m[len(STALL_PREFIX) : -len(STALL_SUFFIX)] != "selected"
         }
         top = max(stalls, key=stalls.get) if stalls else None
+        pipes = [_metric(wide, m) for m in TENSOR_PIPE_METRICS if m in wide.index]
+        pipes = [p for p in pipes if not pd.isna(p)]
+        hmma = _metric(wide, "sm__inst_executed_pipe_tensor_op_hmma.sum")
+        hgmma = _metric(wide, "sm__inst_executed_pipe_tensor_op_gmma.sum")
+        tensor = any(x > 0 for x in (hmma, hgmma) if not math.isnan(x))
+        hmma, hgmma = (None if math.isnan(x) else x for x in (hmma, hgmma))
         event = None
         if measurements is not None and len(measurements):
             hit = measurements[
@@ -428,6 +439,9 @@ def roofline(
                     _metric(wide, "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum"),
                     _metric(wide, "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum"),
                 ),
+                "tensor_pipe_pct": max(pipes) if pipes else None,
+                "hmma_inst": hmma if tensor else None,
+                "hgmma_inst": hgmma if tensor else None,
                 "top_stall": top,
                 "top_stall_ratio": stalls.get(top) if top else None,
                 # no FLOPs (a copy, a transpose): no FLOP roofline to be bound by
