@@ -8,7 +8,8 @@
 // wgmma.mma_async m64nBNk16 from shared-memory descriptors, four per 64-wide K tile, into
 // 64 x BN fp32 accumulators held in registers. STAGES tiles are in flight: after a tile is
 // consumed (wgmma.wait_group 0, then __syncthreads so neither warpgroup still reads it), thread
-// 0 refills its stage with the tile STAGES ahead.
+// 0 refills its stage with the tile STAGES ahead. Three stages of 128 x 128 tiles take 97 KiB,
+// so two blocks share an SM and one computes while the other waits at its barrier.
 //
 // Why it should help: no thread spends instructions on addresses, copies or ldmatrix; a
 // wgmma m64n128k16 does the work of 16 mma.sync m16n8k16 and reads its operands straight
@@ -30,7 +31,7 @@
 #define BN 128
 #endif
 #ifndef STAGES
-#define STAGES 4
+#define STAGES 3
 #endif
 #define BK 64
 #define WARPGROUPS (BM / 64)
@@ -41,7 +42,7 @@
 static_assert(BM % 64 == 0 && BM <= 256, "one warpgroup per 64 rows");
 static_assert(BN % 64 == 0 && BN <= 256, "wgmma N");
 
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
+extern "C" __global__ void __launch_bounds__(THREADS, 2)
     hgemm_wgmma_tma(int M, int N, int K, const __nv_bfloat16* __restrict__ A,
                     const __nv_bfloat16* __restrict__ B, __nv_bfloat16* __restrict__ C,
                     const __grid_constant__ CUtensorMap tmA,
