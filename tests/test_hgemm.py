@@ -240,6 +240,7 @@ def test_tensor_core_roofline_uses_model_flops_and_the_bf16_peak():
         "dram__bytes_write.sum": 3e7,
         "lts__t_bytes.sum": 2e9,
         "l1tex__t_bytes.sum": 1e9,
+        "sm__sass_l1tex_data_bank_conflicts_pipe_lsu_mem_shared_op_ldsm.sum": 0.0,
     }
     rows = pd.DataFrame(
         [
@@ -273,6 +274,7 @@ def test_tensor_core_roofline_uses_model_flops_and_the_bf16_peak():
     assert r["tflops"] == pytest.approx(2 * mnk / 0.25e-3 / 1e12)
     assert r["tensor_pipe_pct"] == 71.5
     assert r["hgmma_inst"] == 1e6 and r["hmma_inst"] == 0
+    assert r["smem_bank_conflicts_ldsm"] == 0
     assert r["bound"] == "l1"  # L1: 1000 GB/s x 137 FLOP/B = 137 TFLOP/s < 990
     plain = profile.roofline(rows, None, device, p.size_names, p.flops).iloc[0]
     assert plain["flop"] == 0 and plain["bound"] is None  # FP counters alone see nothing

@@ -54,7 +54,9 @@ DEFAULT_METRICS = [
     "launch__occupancy_limit_warps",
     "launch__occupancy_limit_blocks",
 ]
-# tensor pipe utilisation (a study asks for them in its profile: metrics)
+# ldmatrix bank conflicts and tensor pipe utilisation (a study asks for them in its
+# profile: metrics)
+LDSM_CONFLICTS = "sm__sass_l1tex_data_bank_conflicts_pipe_lsu_mem_shared_op_ldsm.sum"
 TENSOR_PIPE_METRICS = (
     "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
     "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
@@ -439,6 +441,7 @@ def roofline(
                     _metric(wide, "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum"),
                     _metric(wide, "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum"),
                 ),
+                "smem_bank_conflicts_ldsm": _metric(wide, LDSM_CONFLICTS),
                 "tensor_pipe_pct": max(pipes) if pipes else None,
                 "hmma_inst": hmma if tensor else None,
                 "hgmma_inst": hgmma if tensor else None,
