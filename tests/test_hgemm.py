@@ -278,6 +278,11 @@ def test_tensor_core_roofline_uses_model_flops_and_the_bf16_peak():
     assert r["bound"] == "l1"  # L1: 1000 GB/s x 137 FLOP/B = 137 TFLOP/s < 990
     plain = profile.roofline(rows, None, device, p.size_names, p.flops).iloc[0]
     assert plain["flop"] == 0 and plain["bound"] is None  # FP counters alone see nothing
+    # a SIMT step: its FFMAs are counted, and not counted twice
+    ffma = "sm__sass_thread_inst_executed_op_ffma_pred_on.sum"
+    simt = rows.assign(value=rows["value"].where(rows["metric"] != ffma, float(mnk)))
+    r = profile.roofline(simt, None, device, p.size_names, p.flops, tensor_flops=True).iloc[0]
+    assert r["flop"] == 2 * mnk
 
 
 def test_roofline_figure_draws_the_bf16_tensor_roof(tmp_path):

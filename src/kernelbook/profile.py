@@ -353,8 +353,9 @@ def roofline(
 ) -> pd.DataFrame:
     """One row per (variant, size) of the profile table: work, traffic, intensities, bounds.
 
-    ``tensor_flops``: the work is done on tensor cores, which ncu's per-instruction FLOP
-    counters do not see; the model's FLOPs (``flop_expected``) are added to what they count.
+    ``tensor_flops``: the work may be done on tensor cores, which ncu's per-instruction FLOP
+    counters do not see; the FLOPs are then the larger of what they count (a SIMT kernel's
+    FFMAs) and the model's (``flop_expected``).
     """
     kind = "bf16_tensor" if tensor_flops else "fp32"
     ceil = ceilings(device, kind) if device is not None else {}
@@ -365,8 +366,8 @@ def roofline(
         first = grp.iloc[0]
         sizes = {n: int(first[n]) for n in size_names}
         flop = sum(_metric(wide, m) * w for m, w in FLOP_METRICS.items() if m in wide.index)
-        if tensor_flops:
-            flop += float(flop_expected(sizes))
+        if tensor_flops:  # a SIMT step's FFMAs are counted, a tensor step's MMAs are not
+            flop = max(flop, float(flop_expected(sizes)))
         dram = _metric(wide, "dram__bytes_read.sum") + _metric(wide, "dram__bytes_write.sum")
         l2, l1 = _metric(wide, "lts__t_bytes.sum"), _metric(wide, "l1tex__t_bytes.sum")
         t_ms = _metric(wide, "gpu__time_duration.sum") / 1e6

@@ -113,8 +113,8 @@ class Problem:
     figure_of_merit = "tflops"  # or "gbps"
     # the compute roof of the roofline: "fp32" (the FP32 peak, cuBLAS FP32) or "bf16_tensor"
     # (the dense BF16 tensor peak, cuBLAS BF16). With "bf16_tensor", the FLOPs of a profile
-    # are the model's (flops()) plus what ncu counts in FP instructions: ncu's per-instruction
-    # FLOP counters do not see tensor-core (HMMA/HGMMA) work.
+    # are the larger of the model's (flops()) and what ncu counts in FP instructions: ncu's
+    # per-instruction FLOP counters do not see tensor-core (HMMA/HGMMA) work.
     peak = "fp32"
     elem_factor = 50.0  # max element error may be this many times the tolerance
 
