@@ -57,6 +57,7 @@ def test_study_loads_with_the_required_sizes():
         assert extra in labels
     assert HGEMM.headline == {"M": 4096, "N": 4096, "K": 4096}
     assert {"M": 8192, "N": 8192, "K": 8192} in HGEMM.profile_sizes
+    assert HGEMM.second_headline == {"M": 8192, "N": 8192, "K": 8192}
     assert HGEMM.baseline == "cublas" and HGEMM.dtype == "bfloat16"
     for v in HGEMM.variants:
         assert v.says and "pct_of_baseline" in v.predict, v.id
@@ -326,3 +327,31 @@ def test_roofline_figure_draws_the_bf16_tensor_roof(tmp_path):
             ceil=figures.ceilings(device),
             size_label="4096x4096x4096",
         )
+
+
+def test_second_headline_must_be_a_study_size_and_gets_its_own_ladder(tmp_path):
+    import pandas as pd
+
+    from kernelbook import figures
+
+    path = _study(tmp_path)
+    data = yaml.safe_load(path.read_text())
+    data["second_headline"] = {"M": 8000, "N": 8192, "K": 8192}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(cfg.ConfigError, match="second_headline .* is not one of the study's"):
+        _load(path)
+    rows = pd.DataFrame(
+        [
+            {"variant": "06_wgmma_tma", "status": "ok", "pct_of_baseline": 61.0},
+            {"variant": "09_cluster_multicast", "status": "ok", "pct_of_baseline": 93.0},
+        ]
+    ).set_index("variant", drop=False)
+    figures.ladder(
+        rows,
+        list(rows.index),
+        tmp_path,
+        size_label="8192x8192x8192",
+        baseline_label="cuBLAS",
+        name="ladder_8192x8192x8192",
+    )
+    assert list(tmp_path.glob("ladder_8192x8192x8192*"))

@@ -345,6 +345,7 @@ class Study:
     profile_sizes: tuple[dict[str, int], ...] = ()
     sanitize_tools: tuple[str, ...] = ()
     sanitize_size: dict[str, int] | None = None
+    second_headline: dict[str, int] | None = None  # a second size the ladder is drawn at
 
     def sanitize_size_for(self, variant: Variant) -> dict[str, int] | None:
         """The configured size, else the variant's smallest runnable size (None: none runs)."""
@@ -454,6 +455,13 @@ def load_study(path: Path, settings: dict, root: Path) -> Study:
         headline = _complete_size(raw["headline"], problem.size_names, f"{shown}: headline")
         if headline not in sizes:
             raise ConfigError(f"{shown}: headline {headline} is not one of the study's sizes")
+    second = None
+    if "second_headline" in raw:
+        second = _complete_size(
+            raw["second_headline"], problem.size_names, f"{shown}: second_headline"
+        )
+        if second not in sizes:
+            raise ConfigError(f"{shown}: second_headline {second} is not one of the study's sizes")
     timing = {**settings["timing"], **raw.get("timing", {})}
     sub = schema("config")["properties"]["timing"]
     try:
@@ -501,6 +509,7 @@ def load_study(path: Path, settings: dict, root: Path) -> Study:
         sizes=tuple(sizes),
         baseline=raw["baseline"],
         headline=headline,
+        second_headline=second,
         tolerance=raw.get("tolerance"),
         timing=timing,
         variants=tuple(variants),

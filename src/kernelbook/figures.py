@@ -145,8 +145,10 @@ def ladder(
     size_label: str,
     baseline_label: str,
     references: list[dict] = (),
+    name: str = "ladder",
 ) -> Figure:
-    """% of baseline per variant at the headline size, published references beside.
+    """% of baseline per variant at the headline size, published references beside
+    (``name``: the figure's file name, for a ladder at a second headline size).
 
     ``headline`` has one row per variant (index: variant id) with status and
     pct_of_baseline; variants absent or not ok are drawn as labelled gaps.
@@ -198,7 +200,7 @@ def ladder(
     )
     if refs:
         caption += " Grey markers: published numbers from other GPUs, for orientation."
-    return save(fig, outdir, "ladder", f"% of {baseline_label} per variant", caption)
+    return save(fig, outdir, name, f"% of {baseline_label} per variant", caption)
 
 
 # ------------------------------------------------------------------------------------------

@@ -185,6 +185,9 @@ def study_meta(study, root: str | Path) -> dict:
         "size_names": list(problem.size_names),
         "sizes": [problem.label(s) for s in study.sizes],
         "headline": problem.label(study.headline) if study.headline else None,
+        "second_headline": (
+            problem.label(study.second_headline) if study.second_headline else None
+        ),
         "references": [dict(r) for r in study.references],
         "variants": variants,
     }
@@ -887,6 +890,22 @@ def make_figures(
             references=data.meta.get("references", []),
         ),
     )
+    second = data.meta.get("second_headline")
+    if second:
+        rows = main[main["size"] == second].drop_duplicates("variant", keep="last")
+        name = f"ladder_{second}"
+        attempt(
+            name,
+            f"% of {base} per variant at {second}",
+            lambda: figures.ladder(
+                rows.set_index("variant", drop=False),
+                order,
+                outdir,
+                size_label=second,
+                baseline_label=base,
+                name=name,
+            ),
+        )
     attempt(
         "sweep",
         "throughput against problem size",
