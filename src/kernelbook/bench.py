@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelbook import gpu, problems, tables
+from kernelbook import launch as launch_mod
 from kernelbook.build import sha256_file
 from kernelbook.config import Launch, Project, Study, Variant
 from kernelbook.problems.base import CheckError
@@ -93,6 +94,8 @@ def load_kernel(root: Path, study: Study, variant: Variant, cubin: Path, smem=No
     import cupy as cp
 
     try:
+        if variant.cluster or variant.tma:  # cuLaunchKernelEx (clusters, tensor maps)
+            return Kernel("cuda_ex", launch_mod.load(variant, cubin))
         module = cp.RawModule(path=str(cubin))
         fn = module.get_function(variant.entry)
     except Exception as e:
@@ -124,6 +127,21 @@ def kernel_launcher(kernel: Kernel, study: Study, variant: Variant, sizes, case)
             )
         return run, None
     launch = variant.launch(sizes)
+    if kernel.kind == "cuda_ex":
+        import cupy as cp
+
+        try:
+            run = launch_mod.runner(
+                kernel.fn,
+                launch,
+                case,
+                problems.get(study.problem),
+                cp.cuda.get_current_stream().ptr,
+                where,
+            )
+        except Exception as e:
+            raise KernelFailure(f"{where}: cannot set up the launch: {e}") from None
+        return run, launch
     args = case.args
     if kernel.kind == "triton":
         import numpy as np
@@ -280,6 +298,7 @@ def bench_variant(
         "nvcc_flags": build.nvcc_flags,
         "nvcc_version": build.nvcc_version,
         **b.provenance,
+        "arch": variant.target(project.settings["arch"]),
     }
 
     columns = dict.fromkeys(tables.schema("measurements", problem.size_names).names)

@@ -183,7 +183,7 @@ def nvcc_command(
     return [
         "nvcc",
         "-cubin",
-        *gencode(arch),
+        *gencode(variant.target(arch)),
         *flags,
         *variant.nvcc_flags,
         "-Xptxas",

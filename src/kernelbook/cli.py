@@ -122,7 +122,7 @@ def cmd_compile(args) -> int:
         "kind": variant.kind,
         "entry": variant.entry,
         "source": variant.source,
-        "arch": s["arch"],
+        "arch": variant.target(s["arch"]),
         "registers": r.registers,
         "barriers": r.barriers,
         "smem_static_bytes": r.smem_static_bytes,
@@ -241,7 +241,7 @@ def _record_compile_failure(args, project, study, variant, flags, error) -> int:
         "kind": variant.kind,
         "entry": variant.entry,
         "source": variant.source,
-        "arch": project.settings["arch"],
+        "arch": variant.target(project.settings["arch"]),
         "source_sha256": build.sha256_file(source) if source.is_file() else "",
         "spec_sha256": variant.spec_sha256(),
         "cubin_sha256": "",
@@ -671,7 +671,9 @@ def cmd_roofline(args) -> int:
     meas = tables.read(args.measurements) if args.measurements else None
     dev = tables.read(args.device) if args.device else None
     problem = problems.get(study.problem)
-    out = profile.roofline(prof, meas, dev, study.size_names, problem.flops)
+    out = profile.roofline(
+        prof, meas, dev, study.size_names, problem.flops, tensor_flops=problem.peak != "fp32"
+    )
     if out.empty:  # nothing profiled (every variant failed or was not run)
         out = pd.DataFrame(columns=tables.schema("roofline", study.size_names).names)
     tables.write(out, args.out, "roofline", study.size_names)

@@ -54,6 +54,13 @@ DEFAULT_METRICS = [
     "launch__occupancy_limit_warps",
     "launch__occupancy_limit_blocks",
 ]
+# ldmatrix bank conflicts and tensor pipe utilisation (a study asks for them in its
+# profile: metrics)
+LDSM_CONFLICTS = "sm__sass_l1tex_data_bank_conflicts_pipe_lsu_mem_shared_op_ldsm.sum"
+TENSOR_PIPE_METRICS = (
+    "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
+    "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+)
 STALL_PREFIX = "smsp__average_warps_issue_stalled_"
 STALL_SUFFIX = "_per_issue_active.ratio"
 
@@ -361,20 +368,29 @@ def _div(a: float, b: float) -> float | None:
     return a / b if b and not math.isnan(a) and not math.isnan(b) else None
 
 
-def ceilings(device: pd.DataFrame) -> dict[str, float]:
+# the device table's compute peak per roofline kind (Problem.peak)
+PEAK_KEYS = {"fp32": "fp32_peak_tflops", "bf16_tensor": "bf16_tensor_peak_tflops"}
+
+
+def ceilings(device: pd.DataFrame, peak: str = "fp32") -> dict[str, float]:
+    """Bandwidth ceilings and the compute peak of this kind (as ``compute_peak_tflops``)."""
     q = device.set_index("quantity")["value"]
-    return {
+    out = {
         k: float(q[k])
         for k in ("copy_gbps", "l2_gbps", "l1_gbps", "fp32_peak_tflops", "cublas_fp32_tflops")
         if k in q.index
     }
+    if PEAK_KEYS[peak] in q.index:
+        out["compute_peak_tflops"] = float(q[PEAK_KEYS[peak]])
+    return out
 
 
 def bound(ai: dict[str, float | None], ceil: dict[str, float]) -> str | None:
     """The ceiling that limits attainable FLOP/s at these intensities (lowest roof)."""
     roofs = {}
-    if "fp32_peak_tflops" in ceil:
-        roofs["compute"] = ceil["fp32_peak_tflops"] * 1e3  # GFLOP/s
+    peak = ceil.get("compute_peak_tflops", ceil.get("fp32_peak_tflops"))
+    if peak:
+        roofs["compute"] = peak * 1e3  # GFLOP/s
     for level, key in (("dram", "copy_gbps"), ("l2", "l2_gbps"), ("l1", "l1_gbps")):
         if key in ceil and ai.get(level):
             roofs[level] = ceil[key] * ai[level]
@@ -387,9 +403,16 @@ def roofline(
     device: pd.DataFrame | None,
     size_names: tuple[str, ...],
     flop_expected,
+    tensor_flops: bool = False,
 ) -> pd.DataFrame:
-    """One row per (variant, size) of the profile table: work, traffic, intensities, bounds."""
-    ceil = ceilings(device) if device is not None else {}
+    """One row per (variant, size) of the profile table: work, traffic, intensities, bounds.
+
+    ``tensor_flops``: the work may be done on tensor cores, which ncu's per-instruction FLOP
+    counters do not see; the FLOPs are then the larger of what they count (a SIMT kernel's
+    FFMAs) and the model's (``flop_expected``).
+    """
+    kind = "bf16_tensor" if tensor_flops else "fp32"
+    ceil = ceilings(device, kind) if device is not None else {}
     out = []
     profile = profiled(profile)
     for (study, variant, size), grp in profile.groupby(["study", "variant", "size"], sort=False):
@@ -397,6 +420,8 @@ def roofline(
         first = grp.iloc[0]
         sizes = {n: int(first[n]) for n in size_names}
         flop = sum(_metric(wide, m) * w for m, w in FLOP_METRICS.items() if m in wide.index)
+        if tensor_flops:  # a SIMT step's FFMAs are counted, a tensor step's MMAs are not
+            flop = max(flop, float(flop_expected(sizes)))
         dram = _metric(wide, "dram__bytes_read.sum") + _metric(wide, "dram__bytes_write.sum")
         l2, l1 = _metric(wide, "lts__t_bytes.sum"), _metric(wide, "l1tex__t_bytes.sum")
         t_ms = _metric(wide, "gpu__time_duration.sum") / 1e6
@@ -410,6 +435,12 @@ def roofline(
             and m[len(STALL_PREFIX) : -len(STALL_SUFFIX)] != "selected"
         }
         top = max(stalls, key=stalls.get) if stalls else None
+        pipes = [_metric(wide, m) for m in TENSOR_PIPE_METRICS if m in wide.index]
+        pipes = [p for p in pipes if not pd.isna(p)]
+        hmma = _metric(wide, "sm__inst_executed_pipe_tensor_op_hmma.sum")
+        hgmma = _metric(wide, "sm__inst_executed_pipe_tensor_op_gmma.sum")
+        tensor = any(x > 0 for x in (hmma, hgmma) if not math.isnan(x))
+        hmma, hgmma = (None if math.isnan(x) else x for x in (hmma, hgmma))
         event = None
         if measurements is not None and len(measurements):
             hit = measurements[
@@ -465,6 +496,10 @@ def roofline(
                     _metric(wide, "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum"),
                     _metric(wide, "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum"),
                 ),
+                "smem_bank_conflicts_ldsm": _metric(wide, LDSM_CONFLICTS),
+                "tensor_pipe_pct": max(pipes) if pipes else None,
+                "hmma_inst": hmma if tensor else None,
+                "hgmma_inst": hgmma if tensor else None,
                 "top_stall": top,
                 "top_stall_ratio": stalls.get(top) if top else None,
                 # no FLOPs (a copy, a transpose): no FLOP roofline to be bound by

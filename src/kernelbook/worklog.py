@@ -51,8 +51,12 @@ ROOFLINE_METRICS = {
     "memory_throughput_pct": "memory throughput %",
     "achieved_occupancy_pct": "occupancy %",
     "registers_per_thread": "registers",
+    "tensor_pipe_pct": "tensor pipe %",
+    "hmma_inst": "HMMA inst",
+    "hgmma_inst": "HGMMA inst",
     "smem_bank_conflicts_ld": "smem ld conflicts",
     "smem_bank_conflicts_st": "smem st conflicts",
+    "smem_bank_conflicts_ldsm": "ldmatrix conflicts",
     "global_ld_sectors_per_request": "ld sectors/request",
     "global_st_sectors_per_request": "st sectors/request",
     "top_stall_ratio": "top stall ratio",
@@ -70,8 +74,12 @@ HEATMAP_METRICS = (
     "memory_throughput_pct",
     "achieved_occupancy_pct",
     "registers_per_thread",
+    "tensor_pipe_pct",
+    "hmma_inst",
+    "hgmma_inst",
     "smem_bank_conflicts_ld",
     "smem_bank_conflicts_st",
+    "smem_bank_conflicts_ldsm",
     "global_ld_sectors_per_request",
     "global_st_sectors_per_request",
     "top_stall_ratio",
@@ -177,6 +185,9 @@ def study_meta(study, root: str | Path) -> dict:
         "size_names": list(problem.size_names),
         "sizes": [problem.label(s) for s in study.sizes],
         "headline": problem.label(study.headline) if study.headline else None,
+        "second_headline": (
+            problem.label(study.second_headline) if study.second_headline else None
+        ),
         "references": [dict(r) for r in study.references],
         "variants": variants,
     }
@@ -433,6 +444,14 @@ def figure_of_merit(data: StudyData) -> str:
         return problems.get(data.meta.get("problem", "")).figure_of_merit
     except KeyError:
         return "tflops"
+
+
+def _peak_kind(data: StudyData) -> str:
+    """The roofline's compute roof for this study's problem ("fp32" or "bf16_tensor")."""
+    try:
+        return problems.get(data.meta.get("problem", "")).peak
+    except KeyError:
+        return "fp32"
 
 
 def baseline_label(data: StudyData) -> str:
@@ -871,6 +890,22 @@ def make_figures(
             references=data.meta.get("references", []),
         ),
     )
+    second = data.meta.get("second_headline")
+    if second:
+        rows = main[main["size"] == second].drop_duplicates("variant", keep="last")
+        name = f"ladder_{second}"
+        attempt(
+            name,
+            f"% of {base} per variant at {second}",
+            lambda: figures.ladder(
+                rows.set_index("variant", drop=False),
+                order,
+                outdir,
+                size_label=second,
+                baseline_label=base,
+                name=name,
+            ),
+        )
     attempt(
         "sweep",
         "throughput against problem size",
@@ -888,6 +923,7 @@ def make_figures(
             outdir,
             ceil=figures.ceilings(data.table("device")),
             size_label=s,
+            peak_kind=_peak_kind(data),
         )
 
     attempt("roofline", "Hierarchical roofline", roof)

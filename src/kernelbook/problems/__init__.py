@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from kernelbook.problems.base import Problem
 from kernelbook.problems.gemm import Gemm
+from kernelbook.problems.hgemm import Hgemm
 from kernelbook.problems.regimes import Regimes
 from kernelbook.problems.softmax import Softmax
 from kernelbook.problems.transpose import Transpose
 
-_REGISTRY: dict[str, Problem] = {p.name: p for p in (Gemm(), Transpose(), Softmax(), Regimes())}
+_REGISTRY: dict[str, Problem] = {
+    p.name: p for p in (Gemm(), Hgemm(), Transpose(), Softmax(), Regimes())
+}
 
 
 def get(name: str) -> Problem:

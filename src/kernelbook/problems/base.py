@@ -111,6 +111,11 @@ class Problem:
     # setup(..., computes=name) then builds that function's reference
     alternatives: dict[str, str] = {}
     figure_of_merit = "tflops"  # or "gbps"
+    # the compute roof of the roofline: "fp32" (the FP32 peak, cuBLAS FP32) or "bf16_tensor"
+    # (the dense BF16 tensor peak, cuBLAS BF16). With "bf16_tensor", the FLOPs of a profile
+    # are the larger of the model's (flops()) and what ncu counts in FP instructions: ncu's
+    # per-instruction FLOP counters do not see tensor-core (HMMA/HGMMA) work.
+    peak = "fp32"
     elem_factor = 50.0  # max element error may be this many times the tolerance
 
     # ---- cost model (no GPU) ------------------------------------------------------
