@@ -154,8 +154,10 @@ def test_kernels_share_the_abi():
     """Every step's entry point has the study's signature."""
     for vid in ("01_simt", "02_wmma", "03_mma_sync", "04_swizzle", "05_cp_async"):
         text = (REPO / "kernels" / "hgemm" / f"{vid}.cu").read_text()
-        entry = VARIANTS[vid].entry if vid in VARIANTS else next(
-            v.entry for v in VARIANTS.values() if v.tuned_from == vid
+        entry = (
+            VARIANTS[vid].entry
+            if vid in VARIANTS
+            else next(v.entry for v in VARIANTS.values() if v.tuned_from == vid)
         )
         sig = text[text.index(entry + "(") :].split(")")[0]
         assert "int M, int N, int K" in " ".join(sig.split()), vid
