@@ -9,11 +9,14 @@ from __future__ import annotations
 import itertools
 import math
 import shutil
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import REPO
+from cuda_emu import EMU
 
 from kernelbook import build, expr
 from kernelbook import config as cfg
@@ -170,3 +173,247 @@ def test_kernels_share_the_abi():
 def test_sources_exist():
     for v in VARIANTS.values():
         assert Path(REPO / v.source).is_file(), v.source
+
+
+# ------------------------------------------------------------------------------------------
+# The CPU emulator (tests/cuda_emu.py) extended with what these kernels use: BF16 types, the
+# WMMA fragments (each lane holds the whole 16x16 tile), and the PTX helpers of 03-05
+# (ldmatrix, mma.sync m16n8k16, cp.async) in their documented register layouts, exchanged
+# between the lanes of a warp through the emulator's per-warp barriers. cp.async copies at
+# once (commit/wait are no-ops). Every index, swizzle, guard and fragment mapping of the real
+# source runs; the timing-dependent part of 05's ring (waits, barriers) is only as good as a
+# synchronous copy shows it.
+
+BF16_H = r"""
+#pragma once
+#include <cstring>
+#include <cstdint>
+struct __nv_bfloat16 { unsigned short x; };
+struct __nv_bfloat162 { __nv_bfloat16 x, y; };
+struct float2 { float x, y; };
+struct uint2 { unsigned x, y; };
+inline float __bfloat162float(__nv_bfloat16 h) {
+  unsigned u = (unsigned)h.x << 16; float f; std::memcpy(&f, &u, 4); return f;
+}
+inline __nv_bfloat16 __float2bfloat16_rn(float f) {
+  unsigned u; std::memcpy(&u, &f, 4);
+  return {(unsigned short)((u + 0x7fff + ((u >> 16) & 1)) >> 16)};
+}
+inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) {
+  return {__float2bfloat16_rn(a), __float2bfloat16_rn(b)};
+}
+inline float2 __bfloat1622float2(__nv_bfloat162 h) {
+  return {__bfloat162float(h.x), __bfloat162float(h.y)};
+}
+"""
+
+HGEMM_EMU = r"""
+#pragma once
+#include "emu.h"
+#include "cuda_bf16.h"
+#include <algorithm>
+using std::min;
+inline dim3 gridDim;  // emu_launch leaves it: the driver sets it
+inline void __syncwarp() {
+  emu_warps[(threadIdx.x + threadIdx.y * blockDim.x) / 32]->arrive_and_wait();
+}
+inline int emu_lane() { return (threadIdx.x + threadIdx.y * blockDim.x) % 32; }
+inline std::vector<uint32_t> emu_x;  // per-warp exchange: 32 lanes x 8 words
+inline uint32_t* emu_xw() { return &emu_x[(threadIdx.x + threadIdx.y * blockDim.x) / 32 * 256]; }
+// 32-bit "shared addresses": offsets from an anchor in the same binary (wrapping arithmetic)
+inline char emu_anchor;
+inline uint32_t smem_u32(const void* p) {
+  return (uint32_t)((intptr_t)p - (intptr_t)&emu_anchor);
+}
+inline const char* emu_ptr(uint32_t a) { return &emu_anchor + (int32_t)a; }
+inline void ldsm_x4(uint32_t& d0, uint32_t& d1, uint32_t& d2, uint32_t& d3, uint32_t addr) {
+  uint32_t* x = emu_xw();
+  const int l = emu_lane();
+  x[l] = addr;
+  __syncwarp();
+  uint32_t d[4];
+  for (int i = 0; i < 4; ++i)  // matrix i: row l/4 from lane 8i + l/4, words (l%4)
+    std::memcpy(&d[i], emu_ptr(x[8 * i + l / 4]) + (l % 4) * 4, 4);
+  __syncwarp();
+  d0 = d[0]; d1 = d[1]; d2 = d[2]; d3 = d[3];
+}
+inline float emu_half(uint32_t w, int hi) {
+  __nv_bfloat16 h{(unsigned short)(hi ? w >> 16 : w & 0xffff)};
+  return __bfloat162float(h);
+}
+inline void mma_bf16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  uint32_t* x = emu_xw();
+  const int l = emu_lane();
+  for (int i = 0; i < 4; ++i) x[l * 8 + i] = a[i];
+  x[l * 8 + 4] = b0; x[l * 8 + 5] = b1;
+  __syncwarp();
+  auto A = [&](int r, int k) {  // a0:(g,k0-7) a1:(g+8,k0-7) a2:(g,k8-15) a3:(g+8,k8-15)
+    return emu_half(x[((r % 8) * 4 + (k % 8) / 2) * 8 + (r / 8) + 2 * (k / 8)], k % 2);
+  };
+  auto B = [&](int k, int n) {  // b0: k0-7, b1: k8-15; lane = n*4 + (k%8)/2
+    return emu_half(x[(n * 4 + (k % 8) / 2) * 8 + 4 + k / 8], k % 2);
+  };
+  float out[4];
+  for (int q = 0; q < 4; ++q) {
+    const int r = l / 4 + 8 * (q / 2), c = (l % 4) * 2 + q % 2;
+    double s = 0;
+    for (int k = 0; k < 16; ++k) s += (double)A(r, k) * B(k, c);
+    out[q] = d[q] + (float)s;
+  }
+  __syncwarp();
+  for (int q = 0; q < 4; ++q) d[q] = out[q];
+}
+inline void cp_async_16(uint32_t dst, const void* src, bool valid) {
+  char* p = const_cast<char*>(emu_ptr(dst));
+  if (valid) std::memcpy(p, src, 16); else std::memset(p, 0, 16);
+}
+inline void cp_async_commit() {}
+template <int N> inline void cp_async_wait() {}
+"""
+
+MMA_H = r"""
+#pragma once
+#include "hgemm_emu.h"
+namespace nvcuda { namespace wmma {
+struct matrix_a {}; struct matrix_b {}; struct accumulator {};
+struct row_major {}; struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+template <class Use, int m, int n, int k, class T, class L = void> struct fragment {
+  float v[256];
+};
+template <class F> void fill_fragment(F& f, float x) { for (float& e : f.v) e = x; }
+template <class T>
+void load_matrix_sync(fragment<matrix_a, 16, 16, 16, T, row_major>& f, const T* p, unsigned ld) {
+  for (int r = 0; r < 16; ++r)
+    for (int c = 0; c < 16; ++c) f.v[r * 16 + c] = __bfloat162float(p[r * ld + c]);
+}
+template <class T>
+void load_matrix_sync(fragment<matrix_b, 16, 16, 16, T, col_major>& f, const T* p, unsigned ld) {
+  for (int k = 0; k < 16; ++k)
+    for (int n = 0; n < 16; ++n) f.v[k * 16 + n] = __bfloat162float(p[n * ld + k]);
+}
+template <class FA, class FB, class FC>
+void mma_sync(FC& d, const FA& a, const FB& b, const FC& c) {
+  float out[256];
+  for (int r = 0; r < 16; ++r) for (int n = 0; n < 16; ++n) {
+    double s = 0;
+    for (int k = 0; k < 16; ++k) s += (double)a.v[r * 16 + k] * b.v[k * 16 + n];
+    out[r * 16 + n] = c.v[r * 16 + n] + (float)s;
+  }
+  std::memcpy(d.v, out, sizeof out);
+}
+template <class F> void store_matrix_sync(float* p, const F& f, unsigned ld, layout_t) {
+  if (emu_lane() == 0)
+    for (int r = 0; r < 16; ++r) for (int c = 0; c < 16; ++c) p[r * ld + c] = f.v[r * 16 + c];
+}
+}}  // namespace nvcuda::wmma
+"""
+
+EMU_DRIVER = r"""
+#include "hgemm_emu.h"
+#define KB_EMU 1
+#include KFILE
+#include <string>
+// driver M N K gx gy bx A.bin B.bin C.bin guard: C.bin holds M*N + 2*guard BF16 (guards kept)
+int main(int argc, char** argv) {
+  const int M = std::stoi(argv[1]), N = std::stoi(argv[2]), K = std::stoi(argv[3]);
+  const dim3 grid{(unsigned)std::stoi(argv[4]), (unsigned)std::stoi(argv[5]), 1};
+  const dim3 block{(unsigned)std::stoi(argv[6]), 1, 1};
+  const int guard = std::stoi(argv[10]);
+  std::vector<__nv_bfloat16> A(M * K), B(N * K), C(M * N + 2 * guard);
+  std::ifstream(argv[7], std::ios::binary).read((char*)A.data(), A.size() * 2);
+  std::ifstream(argv[8], std::ios::binary).read((char*)B.data(), B.size() * 2);
+  std::ifstream(argv[9], std::ios::binary).read((char*)C.data(), C.size() * 2);
+  gridDim = grid;
+  emu_x.assign((block.x + 31) / 32 * 256, 0);
+  const __nv_bfloat16* a = A.data();
+  const __nv_bfloat16* b = B.data();
+  __nv_bfloat16* c = C.data() + guard;
+  emu_launch(grid, block, [=] { KERNEL(M, N, K, a, b, c); });
+  std::ofstream(argv[9], std::ios::binary).write((const char*)C.data(), C.size() * 2);
+  return 0;
+}
+"""
+
+# M x N x K: one partial tile, remainders in M and N against 128/256 tiles, K a multiple of 8
+# but not of the K tile, and several K tiles (more than the 05 ring's stages)
+EMU_SIZES = [(40, 24, 16), (130, 136, 72), (257, 131, 200)]
+EMU_GUARD = 64
+
+
+def _emu_picks() -> list[str]:
+    plain = ["01_simt", "02_wmma", "03_mma_sync", "04_swizzle"]
+    cands = [v for v in VARIANTS if v.startswith("05_cp_async" + cfg.CANDIDATE_SEP)]
+    seen, picks = set(), []
+    for c in cands:  # one per (BK, warp tile, STAGES): the index paths that differ
+        d = VARIANTS[c].defines
+        key = (d["BK"], d["WN"], d["STAGES"], d["BM"] > 128)
+        if key not in seen:
+            seen.add(key)
+            picks.append(c)
+    return plain + picks
+
+
+def _bf16(x: np.ndarray) -> np.ndarray:
+    """float32 -> BF16 bits (round to nearest even), as uint16."""
+    u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def _f32(h: np.ndarray) -> np.ndarray:
+    return (h.astype(np.uint32) << 16).view(np.float32)
+
+
+@pytest.fixture(scope="module")
+def hemu_dir(tmp_path_factory):
+    if shutil.which("g++") is None:
+        pytest.skip("g++ not on PATH")
+    d = tmp_path_factory.mktemp("hgemm-emu")
+    (d / "emu.h").write_text(EMU)
+    (d / "cuda_bf16.h").write_text(BF16_H)
+    (d / "hgemm_emu.h").write_text(HGEMM_EMU)
+    (d / "mma.h").write_text(MMA_H)
+    (d / "driver.cpp").write_text(EMU_DRIVER)
+    return d
+
+
+@pytest.mark.parametrize("vid", _emu_picks())
+def test_hgemm_step_runs_correctly_on_the_cpu_emulator(hemu_dir, vid):
+    v = VARIANTS[vid]
+    exe = hemu_dir / vid
+    cmd = ["g++", "-std=c++20", "-O1", "-pthread", "-w", f"-I{hemu_dir}"]
+    cmd += [f'-DKFILE="{REPO / v.source}"', f"-DKERNEL={v.entry}"]
+    cmd += [f"-D{k}={x}" for k, x in v.defines.items()]
+    proc = subprocess.run(
+        [*cmd, str(hemu_dir / "driver.cpp"), "-o", str(exe)], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for M, N, K in EMU_SIZES:
+        sizes = {"M": M, "N": N, "K": K}
+        assert not v.unmet(sizes)
+        rng = np.random.default_rng(M * 7919 + N * 31 + K)
+        A = _bf16(rng.standard_normal((M, K)))
+        B = _bf16(rng.standard_normal((N, K)))
+        C0 = rng.integers(0, 2**16, M * N + 2 * EMU_GUARD, dtype=np.uint16)
+        (hemu_dir / "A.bin").write_bytes(A.tobytes())
+        (hemu_dir / "B.bin").write_bytes(B.tobytes())
+        (hemu_dir / "C.bin").write_bytes(C0.tobytes())
+        launch = v.launch(sizes)
+        args = [M, N, K, *launch.grid[:2], launch.block[0]]
+        args += [hemu_dir / "A.bin", hemu_dir / "B.bin", hemu_dir / "C.bin", EMU_GUARD]
+        proc = subprocess.run(
+            [str(exe), *map(str, args)], capture_output=True, text=True, timeout=600
+        )
+        assert proc.returncode == 0, proc.stderr
+        C = np.frombuffer((hemu_dir / "C.bin").read_bytes(), dtype=np.uint16)
+        assert np.array_equal(C[:EMU_GUARD], C0[:EMU_GUARD]), f"{vid} at {sizes}: wrote before C"
+        assert np.array_equal(C[-EMU_GUARD:], C0[-EMU_GUARD:]), f"{vid} at {sizes}: wrote past C"
+        a, b = _f32(A).astype(np.float64), _f32(B).astype(np.float64)
+        ref = a @ b.T
+        got = _f32(C[EMU_GUARD:-EMU_GUARD]).astype(np.float64).reshape(M, N)
+        tol = 2.0**-8 * np.abs(ref) + 2.0**-16 * (np.abs(a) @ np.abs(b).T)
+        bad = ~(np.abs(got - ref) <= tol)
+        assert not bad.any(), (
+            f"{vid} at {sizes}: {int(bad.sum())} of {M * N} wrong, first at "
+            f"{np.argwhere(bad)[0].tolist()}"
+        )
