@@ -218,10 +218,12 @@ inline void __syncwarp() {
   emu_warps[(threadIdx.x + threadIdx.y * blockDim.x) / 32]->arrive_and_wait();
 }
 inline int emu_lane() { return (threadIdx.x + threadIdx.y * blockDim.x) % 32; }
+#include <atomic>
+inline std::atomic<int> emu_ldsm_ways{0};  // worst LDSM phase: 16-byte accesses per bank group
 inline std::vector<uint32_t> emu_x;  // per-warp exchange: 32 lanes x 8 words
 inline uint32_t* emu_xw() { return &emu_x[(threadIdx.x + threadIdx.y * blockDim.x) / 32 * 256]; }
 // 32-bit "shared addresses": offsets from an anchor in the same binary (wrapping arithmetic)
-inline char emu_anchor;
+alignas(128) inline char emu_anchor;  // 128-aligned: offsets keep the bank groups
 inline uint32_t smem_u32(const void* p) {
   return (uint32_t)((intptr_t)p - (intptr_t)&emu_anchor);
 }
@@ -231,6 +233,15 @@ inline void ldsm_x4(uint32_t& d0, uint32_t& d1, uint32_t& d2, uint32_t& d3, uint
   const int l = emu_lane();
   x[l] = addr;
   __syncwarp();
+  if (l == 0) {  // bank conflicts: the 8 row addresses of each 8x8 matrix are one phase
+    int ways = 1;
+    for (int i = 0; i < 4; ++i) {
+      int count[8] = {};
+      for (int j = 0; j < 8; ++j) ways = std::max(ways, ++count[(x[8 * i + j] / 16) % 8]);
+    }
+    int w = emu_ldsm_ways.load();
+    while (w < ways && !emu_ldsm_ways.compare_exchange_weak(w, ways)) {}
+  }
   uint32_t d[4];
   for (int i = 0; i < 4; ++i)  // matrix i: row l/4 from lane 8i + l/4, words (l%4)
     std::memcpy(&d[i], emu_ptr(x[8 * i + l / 4]) + (l % 4) * 4, 4);
@@ -331,6 +342,7 @@ int main(int argc, char** argv) {
   __nv_bfloat16* c = C.data() + guard;
   emu_launch(grid, block, [=] { KERNEL(M, N, K, a, b, c); });
   std::ofstream(argv[9], std::ios::binary).write((const char*)C.data(), C.size() * 2);
+  std::printf("ldsm_ways %d\n", emu_ldsm_ways.load());
   return 0;
 }
 """
@@ -405,6 +417,9 @@ def test_hgemm_step_runs_correctly_on_the_cpu_emulator(hemu_dir, vid):
             [str(exe), *map(str, args)], capture_output=True, text=True, timeout=600
         )
         assert proc.returncode == 0, proc.stderr
+        ways = int(proc.stdout.split("ldsm_ways")[1])
+        # 01/02 issue no LDSM; 03's plain 64-byte rows: 4 rows per bank group; 04/05: none
+        assert ways == {"01_simt": 0, "02_wmma": 0, "03_mma_sync": 4}.get(_step(vid), 1), ways
         C = np.frombuffer((hemu_dir / "C.bin").read_bytes(), dtype=np.uint16)
         assert np.array_equal(C[:EMU_GUARD], C0[:EMU_GUARD]), f"{vid} at {sizes}: wrote before C"
         assert np.array_equal(C[-EMU_GUARD:], C0[-EMU_GUARD:]), f"{vid} at {sizes}: wrote past C"
