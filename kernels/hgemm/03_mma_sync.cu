@@ -22,6 +22,9 @@
 // loads exposed behind one barrier per tile).
 //
 // Sizes: any M and N (zero-filled loads, guarded stores); K % 8 == 0 (16-byte loads).
+// ptxas (nvcc 13.0, sm_90): 126 registers (2 blocks/SM), no spills, 32 KiB static smem; SASS 32
+// HMMA.16816.F32.BF16 and 12 LDSM.16.M88.4 per tile. The CPU emulator of the tests counts 4
+// row addresses per 16-byte bank group in the worst LDSM phase (4-way).
 // Launch: grid (cdiv(N, 128), cdiv(M, 128)), block (256), no dynamic shared memory (32 KiB static).
 // Indices are 32-bit: fine while M*K, N*K, M*N < 2^31 (all study sizes).
 
