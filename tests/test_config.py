@@ -751,3 +751,56 @@ def test_tuned_sweep_without_tune_sizes_or_headline(root):
     assert tune.sweep_sizes(study, v) == [s for s in study.sizes if s not in v.tune_sizes]
     bare = load_text(root, TUNED.replace("      sizes: [{M: 256, N: M, K: M}]\n", ""))
     assert tune.sweep_sizes(bare, bare.variant("09_x")) == []  # tuned at every size
+
+
+def test_winner_runs_confirm_each_tune_size_and_sweep_the_pick(sgemm, root):
+    from kernelbook import tune
+
+    v = sgemm.variant("10_warptiling")
+    won = {"4096x4096x4096": v.candidates[0], "4096x4096x1000": v.candidates[1]}
+    plan = dict(tune.winner_runs(sgemm, v, won))
+    head, tall = {"M": 4096, "N": 4096, "K": 4096}, {"M": 4096, "N": 4096, "K": 1000}
+    # each winner re-timed where it won; the headline's winner also at every other size
+    assert plan[v.candidates[1]] == [tall]
+    assert plan[v.candidates[0]] == [head] + tune.sweep_sizes(sgemm, v)
+    # the same candidate winning at both: one run over all sizes
+    both = dict(tune.winner_runs(sgemm, v, dict.fromkeys(won, v.candidates[0])))
+    assert list(both) == [v.candidates[0]]
+    assert sorted(map(str, both[v.candidates[0]])) == sorted(map(str, sgemm.sizes))
+    # no winner at the headline: its confirmation is left out, the sweep has no winner
+    plan = dict(tune.winner_runs(sgemm, v, {"4096x4096x1000": v.candidates[1]}))
+    assert plan == {v.candidates[1]: [tall], None: tune.sweep_sizes(sgemm, v)}
+    # tuned at every size (no tune.sizes): every size confirmed, nothing swept
+    bare = load_text(root, TUNED.replace("      sizes: [{M: 256, N: M, K: M}]\n", ""))
+    bv = bare.variant("09_x")
+    won = {bare_label(s): bv.candidates[0] for s in bare.sizes}
+    assert dict(tune.winner_runs(bare, bv, won)) == {bv.candidates[0]: list(bare.sizes)}
+
+
+def bare_label(s):
+    return "x".join(str(s[k]) for k in ("M", "N", "K"))
+
+
+def test_confirmed_rows_replace_the_selection():
+    import pandas as pd
+
+    from kernelbook import tune
+
+    rows = pd.DataFrame(
+        [
+            # the selection's rows (tune job) and the candidates'
+            {"variant": "t", "variant_kind": "tuned", "size": "a", "median_ms": 1.0},
+            {"variant": "t", "variant_kind": "tuned", "size": "b", "median_ms": 2.0},
+            {"variant": "t__x", "variant_kind": "candidate", "size": "a", "median_ms": 1.0},
+            # the variant's own job: a confirmed at a, a sweep row at c
+            {"variant": "t", "variant_kind": "tuned", "size": "a", "median_ms": 1.1},
+            {"variant": "t", "variant_kind": "tuned", "size": "c", "median_ms": 3.0},
+        ]
+    ).assign(selected_median_ms=[None, None, None, 1.0, None])
+    out = tune.confirmed(rows)
+    got = sorted(zip(out["variant"], out["size"], out["median_ms"], strict=True))
+    # a's selection row is gone, b (not confirmed) keeps its selection row, c stays
+    assert got == [("t", "a", 1.1), ("t", "b", 2.0), ("t", "c", 3.0), ("t__x", "a", 1.0)]
+    # tables from before confirmation existed pass unchanged
+    old = rows.drop(columns="selected_median_ms")
+    assert tune.confirmed(old).equals(old)

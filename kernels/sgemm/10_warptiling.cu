@@ -76,6 +76,12 @@
 #ifndef PREFETCH
 #define PREFETCH 0     // optional: 1 = load tile t+1 into registers while tile t computes
 #endif
+#ifndef GROUP_M
+#define GROUP_M 0      // optional: > 0 = blocks raster in groups of GROUP_M block rows (L2 reuse)
+#endif
+#ifndef ZIGZAG
+#define ZIGZAG 0       // optional: 1 = the FFMAs of a k-step walk the accumulators serpentine
+#endif
 #define SMEM_STAGES ((PREFETCH) ? 2 : 1)
 
 #define WARPSIZE 32
@@ -98,6 +104,7 @@ static_assert(NUM_THREADS % (BN / 4) == 0 && BK % (NUM_THREADS / (BN / 4)) == 0,
               "B tile: the float4 loads must cover BK x BN exactly");
 static_assert(BM % 32 == 0 && BK <= 32 && (128 / BK) % 4 == 0, "As swizzle assumptions (see AS_IDX)");
 static_assert(PREFETCH == 0 || PREFETCH == 1, "PREFETCH is 0 or 1");
+static_assert(GROUP_M >= 0 && (ZIGZAG == 0 || ZIGZAG == 1), "GROUP_M >= 0, ZIGZAG 0 or 1");
 static_assert(SMEM_STAGES * (BM * BK + BK * BN) * 4 <= 48 * 1024, "static shared memory over 48 KiB");
 
 // As: transposed A tile, As[k][m], m XOR-swizzled by the k-quad (as in 07): the scalar transposed
@@ -120,8 +127,19 @@ sgemm_warptiling(int M, int N, int K, float alpha, const float* __restrict__ A,
     const int threadColInWarp = lane % (WSUBN / TN);
     const int threadRowInWarp = lane / (WSUBN / TN);
 
-    const int rowBase = blockIdx.y * BM;
-    const int colBase = blockIdx.x * BN;
+    // block -> tile: row-major raster, or (GROUP_M > 0) GROUP_M block rows at a time, column by
+    // column, so the blocks resident together share A rows and B columns in L2
+    int tileRow = blockIdx.y, tileCol = blockIdx.x;
+    if (GROUP_M > 0) {
+        const int lin = blockIdx.y * gridDim.x + blockIdx.x;
+        const int perGroup = GROUP_M * gridDim.x;
+        const int first = (lin / perGroup) * GROUP_M;
+        const int rows = min(GROUP_M, (int)gridDim.y - first);
+        tileRow = first + (lin % perGroup) % rows;
+        tileCol = (lin % perGroup) / rows;
+    }
+    const int rowBase = tileRow * BM;
+    const int colBase = tileCol * BN;
 
     const int innerRowA = tid / (BK / 4), innerColA = tid % (BK / 4);
     constexpr int strideA = NUM_THREADS / (BK / 4);
@@ -197,7 +215,12 @@ sgemm_warptiling(int M, int N, int K, float alpha, const float* __restrict__ A,
 #pragma unroll
             for (int i = 0; i < WMITER * TM; ++i)
 #pragma unroll
-                for (int j = 0; j < WNITER * TN; ++j) acc[i][j] += regM[i] * regN[j];
+                for (int jj = 0; jj < WNITER * TN; ++jj) {
+                    // serpentine: odd rows walk the columns backwards, so consecutive FFMAs share
+                    // an operand across the row change (operand reuse)
+                    const int j = (ZIGZAG && (i & 1)) ? WNITER * TN - 1 - jj : jj;
+                    acc[i][j] += regM[i] * regN[j];
+                }
         }
     };
 

@@ -275,8 +275,10 @@ def _nvcc_timeout(settings) -> float:
 
 
 def _bench_tuned_sweep(args, project, study, variant, sizes) -> int:
-    """An autotuned variant beyond its tune sizes: the candidate that won at the pick size
-    (tune.sweep_pick) runs at the other sizes, its rows labelled as the tuned variant."""
+    """An autotuned variant's own job: each tune size's winner is timed again at that size
+    (confirmation: the published row is this re-timing, not the best of many candidates'
+    own, so the pick does not lean to the luckiest), and the winner at the pick size
+    (tune.sweep_pick) runs at the other sizes; rows are labelled as the tuned variant."""
     from kernelbook import bench, gpu, tables, tune
 
     problem = problems.get(study.problem)
@@ -284,40 +286,54 @@ def _bench_tuned_sweep(args, project, study, variant, sizes) -> int:
         raise cfg.ConfigError(
             f"{study.name}/{variant.id} is autotuned: bench one of its candidates "
             f"({', '.join(variant.candidates[:3])}, ...), or give --tuned-table and --build-dir "
-            "to run the winner at the sizes it was not tuned at"
+            "to confirm its winners and run them at the sizes they were not tuned at"
         )
-    pick = tune.sweep_pick(study, variant)
-    won = _targets(args, project, study, variant, [pick])
-    sizes = sizes if sizes is not None else tune.sweep_sizes(study, variant)
-    if won:
-        run, cubin, _ = won[0]
-        build_row = tables.read(cubin.parent / "build.parquet").iloc[0]
-        info = bench.BuildInfo(cubin, build_row["nvcc_version"], _nvcc_flags(project, run))
-    else:
-        why = (
-            f"{study.name}/{variant.id}: no candidate ran correctly at {problem.label(pick)} "
-            f"({args.tuned_table}), so there is no winner to run at the other sizes"
-        )
-        if not args.record_failure:
-            raise cfg.ConfigError(why)
-        run = variant
-        info = bench.BuildInfo(
-            Path(args.tuned_table), "", _nvcc_flags(project, variant), why, "no_winner"
-        )
+    selection = tables.read(args.tuned_table)
+    won = tune.winners(selection)
+    selected_ms = tune.selected_ms(selection)
+    if sizes is None:
+        plan = tune.winner_runs(study, variant, won)
+    else:  # --size: the pick size's winner at the sizes asked for
+        pick = problem.label(tune.sweep_pick(study, variant))
+        plan = [(won[pick], sizes)] if pick in won else [(None, sizes)]
     slot = gpu.acquire_slot()
+    rows: list[dict] = []
     samples: list[dict] = []
-    rows = bench.bench_variant(
-        project,
-        study,
-        run,
-        info,
-        slot.uuid,
-        sizes=sizes,
-        tolerate_failure=args.record_failure,
-        samples=samples,
-    )
-    for r in rows:
-        r.update(variant=variant.id, variant_kind="tuned", tuned_from=run.id if won else None)
+    for cand, run_sizes in plan:
+        if cand is not None:
+            run = study.variant(cand)
+            cubin = Path(args.build_dir) / cand / "kernel.cubin"
+            build_row = tables.read(cubin.parent / "build.parquet").iloc[0]
+            info = bench.BuildInfo(cubin, build_row["nvcc_version"], _nvcc_flags(project, run))
+        else:
+            pick = problem.label(tune.sweep_pick(study, variant))
+            why = (
+                f"{study.name}/{variant.id}: no candidate ran correctly at {pick} "
+                f"({args.tuned_table}), so there is no winner to run at the other sizes"
+            )
+            if not args.record_failure:
+                raise cfg.ConfigError(why)
+            run = variant
+            info = bench.BuildInfo(
+                Path(args.tuned_table), "", _nvcc_flags(project, variant), why, "no_winner"
+            )
+        got = bench.bench_variant(
+            project,
+            study,
+            run,
+            info,
+            slot.uuid,
+            sizes=run_sizes,
+            tolerate_failure=args.record_failure,
+            samples=samples,
+        )
+        for r in got:
+            r.update(variant=variant.id, variant_kind="tuned", tuned_from=cand)
+            if cand is not None and won.get(r["size"]) == cand:
+                r["selected_median_ms"] = selected_ms.get(r["size"])
+        rows += got
+        if bench.device_lost(got):
+            break
     # samples are labelled with the candidate that ran, as its own jobs' samples
     return _finish_bench(args, rows, problem, samples)
 
@@ -613,9 +629,11 @@ def cmd_device(args) -> int:
 
 
 def cmd_gather(args) -> int:
-    from kernelbook import tables
+    from kernelbook import tables, tune
 
-    tables.gather(args.inputs, args.out, args.table)
+    # measurements: a tuned variant's confirmed rows replace its selection rows
+    post = tune.confirmed if args.table == "measurements" else None
+    tables.gather(args.inputs, args.out, args.table, post)
     return 0
 
 

@@ -110,8 +110,9 @@ def table_sizes(path: str | Path) -> tuple[str, ...]:
     return tuple(json.loads(meta.get(b"kernelbook.sizes", b"[]")))
 
 
-def gather(inputs: list[str | Path], out: str | Path, table: str) -> pd.DataFrame:
-    """Concatenate per-job tables of one kind into one file (empty inputs are fine)."""
+def gather(inputs: list[str | Path], out: str | Path, table: str, post=None) -> pd.DataFrame:
+    """Concatenate per-job tables of one kind into one file (empty inputs are fine);
+    ``post`` (frame -> frame) runs on the concatenation before it is written."""
     frames, sizes = [], ()
     for p in inputs:
         frames.append(read(p))
@@ -121,5 +122,7 @@ def gather(inputs: list[str | Path], out: str | Path, table: str) -> pd.DataFram
         if frames
         else pd.DataFrame(columns=schema(table, sizes).names)
     )
+    if post is not None:
+        df = post(df)
     write(df, out, table, sizes)
     return df

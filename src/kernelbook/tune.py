@@ -20,6 +20,46 @@ def sweep_sizes(study, variant) -> list[dict[str, int]]:
     return [s for s in study.sizes if s not in variant.tune_sizes]
 
 
+def winner_runs(study, variant, won: dict[str, str]) -> list[tuple[str | None, list[dict]]]:
+    """What the tuned variant's own job runs: (candidate, sizes) pairs. Each tune size's
+    winner is re-timed at that size (confirmation); the pick size's winner also runs at the
+    sizes no candidate was benched at. A tune size without a winner is left out (its
+    selection row says why); no winner at the pick size gives (None, other sizes)."""
+    from kernelbook import problems
+
+    problem = problems.get(study.problem)
+    plan: dict[str | None, list[dict]] = {}
+    for s in variant.tune_sizes or study.sizes:
+        cand = won.get(problem.label(s))
+        if cand is not None:
+            plan.setdefault(cand, []).append(s)
+    others = sweep_sizes(study, variant)
+    if others:
+        plan.setdefault(won.get(problem.label(sweep_pick(study, variant))), []).extend(others)
+    return list(plan.items())
+
+
+def selected_ms(tuned_table: pd.DataFrame) -> dict[str, float]:
+    """size label -> the winning candidate's median in its own tuning job."""
+    rows = tuned_table[(tuned_table["variant_kind"] == "tuned") & (tuned_table["status"] == "ok")]
+    return dict(zip(rows["size"], rows["median_ms"].astype(float), strict=True))
+
+
+def confirmed(measurements: pd.DataFrame) -> pd.DataFrame:
+    """The study's rows with each confirmed winner's selection row dropped: where a tuned
+    variant's own job re-timed the winner at a size (``selected_median_ms`` set), that row is
+    the variant's row there, and the selection's row (the candidate's own best) goes."""
+    if "selected_median_ms" not in measurements.columns:
+        return measurements
+    tuned = measurements["variant_kind"] == "tuned"
+    conf = measurements[tuned & measurements["selected_median_ms"].notna()]
+    keys = set(zip(conf["variant"], conf["size"], strict=True))
+    drop = tuned & measurements["selected_median_ms"].isna()
+    pairs = zip(measurements["variant"], measurements["size"], strict=True)
+    drop &= pd.Series([k in keys for k in pairs], index=measurements.index, dtype=bool)
+    return measurements[~drop].reset_index(drop=True)
+
+
 def winners(tuned_table: pd.DataFrame) -> dict[str, str]:
     """size label -> id of the candidate that won there."""
     rows = tuned_table[(tuned_table["variant_kind"] == "tuned") & (tuned_table["status"] == "ok")]
@@ -29,8 +69,9 @@ def winners(tuned_table: pd.DataFrame) -> dict[str, str]:
 def select(candidates: pd.DataFrame, tuned: str) -> pd.DataFrame:
     """All candidate rows, plus one ``tuned`` row per size: the fastest correct candidate.
 
-    The winner's row is its own measurement (not re-timed), so with many candidates the
-    pick leans slightly to the luckiest; the stopping rule keeps that within ~rse_median.
+    This row is the winner's own measurement in its tuning job; with many candidates the pick
+    leans to the luckiest, so the tuned variant's own job times the winner again and that
+    confirmation replaces this row in the study's measurements (``confirmed``).
     """
     rows = [candidates]
     for _, group in candidates.groupby("size", sort=False):

@@ -1123,14 +1123,39 @@ def _variant_section(data, v, prev, head, base, unit, fom) -> list[str]:
     if info.get("tuned"):
         space = info.get("tune_space") or {}
         dims = ", ".join(f"{k} in {vals}" for k, vals in space.items())
+        meas = data.measurements
+        conf = (
+            meas[(meas["variant"] == v) & meas["selected_median_ms"].notna()]
+            if "selected_median_ms" in meas.columns
+            else meas.iloc[:0]
+        )
+        if len(conf):
+            bias = ", ".join(
+                f"{r['size']}: {r['selected_median_ms']:.4g} ms in its tuning job, "
+                f"{r['median_ms']:.4g} ms again"
+                for _, r in conf.iterrows()
+            )
+            picked = (
+                f"; at {', '.join(info['tune_sizes'])} the fastest correct candidate wins and "
+                "is timed again in the variant's own job, and that re-timing is the variant's "
+                f"row, so the pick of the best of many does not favour a lucky sample ({bias})"
+            )
+        else:
+            picked = (
+                f"; at {', '.join(info['tune_sizes'])} the fastest correct candidate is the "
+                "variant's row"
+            )
         L += [
             f"**Autotuned** over {len(info.get('candidates', []))} candidates"
             + (f" ({dims})" if dims else "")
             + (
-                f"; at {', '.join(info['tune_sizes'])} the fastest correct candidate is the "
-                f"variant's row, and at the other sizes the winner at {info['sweep_pick']} runs."
+                f"{picked}, and at the other sizes the winner at {info['sweep_pick']} runs."
                 if info.get("sweep_pick")
-                else "; at each size the fastest correct candidate is the variant's row."
+                else (
+                    f"{picked}."
+                    if len(conf)
+                    else "; at each size the fastest correct candidate is the variant's row."
+                )
             ),
             "",
         ]

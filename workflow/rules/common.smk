@@ -14,7 +14,6 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 from kernelbook import cluster as kb_cluster  # noqa: E402
 from kernelbook import config as kb_config  # noqa: E402
 from kernelbook import gpu as kb_gpu  # noqa: E402
-from kernelbook import tune as kb_tune  # noqa: E402
 
 # The config and every study are validated here (against workflow/schemas, and every
 # variant's launch at every size it claims); a bad one stops the run with one line naming
@@ -118,7 +117,7 @@ def bench_files(wildcards):
     for v in study.variants:
         sub = "tuned" if v.is_tuned else "bench"
         out.append(f"{R}/{wildcards.gpu}/{wildcards.study}/{sub}/{v.id}.parquet")
-        if v.is_tuned and kb_tune.sweep_sizes(study, v):
+        if v.is_tuned:  # its own job: winners confirmed, the sweep
             out.append(f"{R}/{wildcards.gpu}/{wildcards.study}/sweep/{v.id}.parquet")
     return out
 
@@ -131,8 +130,7 @@ def samples_files(wildcards):
     for v in study.variants:
         if v.is_tuned:
             out += [f"{base}/bench/{c}.parquet" for c in v.candidates]
-            if kb_tune.sweep_sizes(study, v):
-                out.append(f"{base}/sweep/{v.id}.parquet")
+            out.append(f"{base}/sweep/{v.id}.parquet")
         else:
             out.append(f"{base}/bench/{v.id}.parquet")
     return out
@@ -149,8 +147,7 @@ def stage_benchmarks(wildcards):
         if v.is_tuned:
             out += [f"{b}/bench/{gpu}/{name}/{c}.tsv" for c in v.candidates]
             out.append(f"{b}/select_tuned/{gpu}/{name}/{v.id}.tsv")
-            if kb_tune.sweep_sizes(study, v):
-                out.append(f"{b}/bench_tuned_sweep/{gpu}/{name}/{v.id}.tsv")
+            out.append(f"{b}/bench_tuned_sweep/{gpu}/{name}/{v.id}.tsv")
         else:
             out.append(f"{b}/bench/{gpu}/{name}/{v.id}.tsv")
         out += [f"{b}/{r}/{gpu}/{name}/{v.id}.tsv" for r in ("profile", "sanitize")]
