@@ -23,7 +23,7 @@ from kernelbook import config as cfg
 
 ARCH = "sm_90"
 FLAGS = ["-O3", "-lineinfo"]
-STEPS = REPO / "config" / "studies" / "hgemm.steps-01-05.yaml"
+STEPS = REPO / "config" / "studies" / "hgemm.yaml"
 HEADLINE = {"M": 4096, "N": 4096, "K": 4096}
 SMEM_OPTIN = 227 * 1024
 
@@ -32,7 +32,7 @@ def _variants() -> dict[str, cfg.Variant]:
     """The steps as Variants (05 as its tuning candidates), built the way the study loader
     builds them: defines resolved over each point, candidates filtered by the constraints."""
     out = {}
-    for raw in cfg.read_yaml(STEPS)["variants"]:
+    for raw in [v for v in cfg.read_yaml(STEPS)["variants"] if v["id"][:2] <= "05"]:
         common = dict(
             study="hgemm",
             source=f"kernels/hgemm/{raw['id']}.cu",
@@ -70,7 +70,7 @@ def _step(vid: str) -> str:
 
 
 def test_steps_config_is_complete():
-    steps = cfg.read_yaml(STEPS)["variants"]
+    steps = [v for v in cfg.read_yaml(STEPS)["variants"] if v["id"][:2] <= "05"]
     assert [s["id"] for s in steps] == [
         "01_simt",
         "02_wmma",
