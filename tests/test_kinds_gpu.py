@@ -8,6 +8,7 @@ import sys
 
 import pandas as pd
 import pytest
+from conftest import copy_env
 from test_kinds import kinds_repo
 
 from kernelbook import gpu
@@ -19,7 +20,7 @@ FAST = {"timing": {"min_time_s": 0.02, "max_time_s": 2}}
 
 def kb(root, *args):
     cmd = [sys.executable, "-m", "kernelbook", "--settings", json.dumps(FAST), *args]
-    env = {**__import__("os").environ, "PYTHONPATH": str(root / "src")}
+    env = copy_env(root)  # the copy's src first, the rest of the path kept
     proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc
