@@ -136,7 +136,8 @@ sgemm_warptiling(int M, int N, int K, float alpha, const float* __restrict__ A,
     // block -> tile: row-major raster, or (GROUP_M > 0) GROUP_M block rows at a time, column by
     // column, so the blocks resident together share A rows and B columns in L2
     int tileRow = blockIdx.y, tileCol = blockIdx.x;
-    if (GROUP_M > 0) {
+#if GROUP_M > 0
+    {
         const int lin = blockIdx.y * gridDim.x + blockIdx.x;
         const int perGroup = GROUP_M * gridDim.x;
         const int first = (lin / perGroup) * GROUP_M;
@@ -144,6 +145,7 @@ sgemm_warptiling(int M, int N, int K, float alpha, const float* __restrict__ A,
         tileRow = first + (lin % perGroup) % rows;
         tileCol = (lin % perGroup) / rows;
     }
+#endif
     const int rowBase = tileRow * BM;
     const int colBase = tileCol * BN;
 
