@@ -174,7 +174,12 @@ def test_full_run_without_gpu(built_repo):
     assert len(plain) == 2 and (plain["spill_store_bytes"] == 0).all()
     assert (df["arch"] == "sm_90").all()
     assert df["source_sha256"].str.fullmatch(r"[0-9a-f]{64}").all()
-    assert (df["nvcc_flags"].str.startswith("-O3 -lineinfo")).all()
+    cuda = df["kind"] == "cuda"
+    assert cuda.any() and (df.loc[cuda, "nvcc_flags"].str.startswith("-O3 -lineinfo")).all()
+    # a Triton variant is compiled by Triton, not nvcc: no flags, Triton's version instead
+    triton = df["kind"] == "triton"
+    assert triton.any() and (df.loc[triton, "nvcc_flags"] == "").all()
+    assert df.loc[triton, "nvcc_version"].str.startswith("triton").all()
 
     sass = tables.read(root / "results" / "build" / "sgemm" / "sass.parquet")
     assert sorted(set(sass["variant"])) == sorted(ids)
