@@ -71,6 +71,25 @@ def _dims(d) -> str:
 TRITON_HIDDEN_PARAMS = 2
 
 
+def quiet_dead_context() -> None:
+    """After a crash or a hang the CUDA context is gone: every CUDA object freed from then
+    on (a CuPy event, stream or buffer dropped with the failed size's frames) fails in its
+    destructor, and Python prints each as 'Exception ignored ... Traceback'. Those errors
+    say nothing new (the failure is already a row), so from here on CUDA errors raised in
+    destructors are dropped; any other unraisable exception still reaches the old hook."""
+    previous = sys.unraisablehook
+    if getattr(previous, "kernelbook_dead_context", False):
+        return
+
+    def hook(unraisable):
+        if unraisable.exc_value is not None and _cuda_error(unraisable.exc_value):
+            return
+        previous(unraisable)
+
+    hook.kernelbook_dead_context = True
+    sys.unraisablehook = hook
+
+
 @dataclass
 class Kernel:
     """What a job launches: a cubin's function (cuda, triton) or a torch variant's entry."""
@@ -364,9 +383,11 @@ def bench_variant(
                 )
                 b.free()
     except (KernelFailure, Hang) as e:
+        kind = getattr(e, "kind", "hang")
+        if kind in DEVICE_LOST:
+            quiet_dead_context()  # before the failed size's CUDA objects are dropped
         if not tolerate_failure:
             raise
-        kind = getattr(e, "kind", "hang")
         done = {r["size"] for r in rows}
         at = problem.label(current) if current is not None else None
         for s in runnable:
