@@ -136,11 +136,13 @@ def _copy_with_analysis(dest: Path) -> Path:
 
 
 def _snakemake_in(root: Path, *args: str, timeout: float = 1500) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(root / "src")}
+    from conftest import copy_env
+
+    # the copy's src first, the rest of the path kept (where snakemake may be installed apart)
     return subprocess.run(
         [sys.executable, "-m", "snakemake", *args],
         cwd=root,
-        env=env,
+        env=copy_env(root),
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -457,10 +457,14 @@ def test_softmax_studies(project, study):
         "04_online",
         "05_online_vectorized",
         "06_online_tuned",
+        "07_triton",
     ]
     flag = "DTYPE_F32" if dtype == "float32" else "DTYPE_BF16"
     other = "DTYPE_BF16" if dtype == "float32" else "DTYPE_F32"
     for v in (*s.variants, *s.candidates):
+        if v.kind == "triton":  # the dtype is the Triton kernel's argument types
+            assert v.source == "kernels/softmax/07_triton.py"
+            continue
         src = "05_online_vectorized" if v.id.startswith("06") else v.id  # 06 tunes 05
         assert v.source == f"kernels/softmax/{src}.cu"  # one source for both dtypes
         assert v.defines[flag] == 1 and other not in v.defines
@@ -475,7 +479,7 @@ def test_softmax_studies(project, study):
     tuned = s.variant("06_online_tuned")
     assert len(tuned.candidates) == 9 and tuned.requires == vec.requires
     widths = set()
-    for c in s.candidates:
+    for c in (c for c in s.candidates if c.tuned_from == "06_online_tuned"):
         assert c.defines["VEC"] == vec.defines["VEC"] and c.tune_point["CACHE"] in (2, 4, 8)
         widths.add(c.launch({"R": 4096, "N": 65536}).block[:2])
     assert widths == {(1024, 1), (512, 1), (256, 1)}
@@ -563,9 +567,15 @@ def test_softmax_study_with_unsupported_dtype(tmp_path, project):
 
 
 def _candidates(study: str) -> list[tuple[str, str]]:
-    """The autotuning candidates the config declares: each compiles and runs as its own job."""
+    """The autotuning candidates the config declares: each compiles and runs as its own job
+    (the CUDA C ones: Triton's are compiled by tests/test_kinds.py)."""
     p = cfg.load_project_file(REPO / "config" / "config.yaml", overrides={"studies": [study]})
-    return [(study, c.id) for c in p.study(study).candidates]
+    return [(study, c.id) for c in p.study(study).candidates if c.kind == "cuda"]
+
+
+def _triton(study: str) -> list[str]:
+    p = cfg.load_project_file(REPO / "config" / "config.yaml", overrides={"studies": [study]})
+    return [c.id for c in p.study(study).candidates if c.kind == "triton"]
 
 
 ALL_VARIANTS = (
@@ -765,7 +775,8 @@ def test_dry_run_plans_a_compile_job_per_variant(repo_copy, nogpu_args):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     jobs = planned_jobs(proc.stdout + proc.stderr)
     compiled = sorted((w["study"], w["variant"]) for rule, w in jobs if rule == "compile")
-    assert compiled == sorted(ALL_VARIANTS)
+    triton = [(st, c) for st in ("softmax", "softmax_bf16") for c in _triton(st)]
+    assert compiled == sorted(ALL_VARIANTS + triton)
 
 
 # ------------------------------------------------------------------------------------------

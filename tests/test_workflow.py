@@ -141,7 +141,7 @@ def test_gpu_dag_tunes_then_sweeps_the_winner(repo_copy):
     jobs = planned_jobs(output(proc))
     study = cfg.load_project_file(repo_copy / "config" / "config.yaml").study("sgemm")
     tuned = sorted(v.id for v in study.variants if v.is_tuned)
-    assert tuned == ["09_autotuned", "10_warptiling", "12_best", "13_async_kmajor"]
+    assert tuned == ["09_autotuned", "10_warptiling", "12_best", "13_async_kmajor", "14_triton"]
 
     def by(rule):
         return sorted(w["variant"] for r, w in jobs if r == rule and w["study"] == "sgemm")
@@ -174,7 +174,12 @@ def test_full_run_without_gpu(built_repo):
     assert len(plain) == 2 and (plain["spill_store_bytes"] == 0).all()
     assert (df["arch"] == "sm_90").all()
     assert df["source_sha256"].str.fullmatch(r"[0-9a-f]{64}").all()
-    assert (df["nvcc_flags"].str.startswith("-O3 -lineinfo")).all()
+    cuda = df["kind"] == "cuda"
+    assert cuda.any() and (df.loc[cuda, "nvcc_flags"].str.startswith("-O3 -lineinfo")).all()
+    # a Triton variant is compiled by Triton, not nvcc: no flags, Triton's version instead
+    triton = df["kind"] == "triton"
+    assert triton.any() and (df.loc[triton, "nvcc_flags"] == "").all()
+    assert df.loc[triton, "nvcc_version"].str.startswith("triton").all()
 
     sass = tables.read(root / "results" / "build" / "sgemm" / "sass.parquet")
     assert sorted(set(sass["variant"])) == sorted(ids)

@@ -19,10 +19,12 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kernelbook import gpu, problems, tables
+from kernelbook import launch as launch_mod
 from kernelbook.build import sha256_file
-from kernelbook.config import Project, Study, Variant
+from kernelbook.config import Launch, Project, Study, Variant
 from kernelbook.problems.base import CheckError
 from kernelbook.timing import DeviceFault, Hang, Timer
 
@@ -44,6 +46,7 @@ class BuildInfo:
     nvcc_flags: str
     failed: str | None = None  # why there is nothing to run (a failed compile's message)
     failed_kind: str = "compile"
+    smem: int | None = None  # a triton kernel's dynamic shared memory (its build row)
 
 
 # After these the CUDA context is lost: nothing more runs in the job's process.
@@ -51,11 +54,152 @@ DEVICE_LOST = frozenset({"crash", "hang"})
 
 
 def _cuda_error(e: BaseException) -> bool:
-    return type(e).__module__.startswith(("cupy", "cupy_backends")) or "CUDA" in type(e).__name__
+    return (
+        type(e).__module__.startswith(("cupy", "cupy_backends"))
+        or "CUDA" in type(e).__name__
+        or type(e).__name__ == "AcceleratorError"  # torch's CUDA errors
+        or "CUDA error" in str(e)
+    )
 
 
 def _dims(d) -> str:
     return ",".join(str(x) for x in d)
+
+
+# Triton 3.x appends two pointer parameters to every kernel (global and profile scratch);
+# kernels that need no scratch memory (kinds.compile_triton refuses others) get null.
+TRITON_HIDDEN_PARAMS = 2
+
+
+def quiet_dead_context() -> None:
+    """After a crash or a hang the CUDA context is gone: every CUDA object freed from then
+    on (a CuPy event, stream or buffer dropped with the failed size's frames) fails in its
+    destructor, and Python prints each as 'Exception ignored ... Traceback'. Those errors
+    say nothing new (the failure is already a row), so from here on CUDA errors raised in
+    destructors are dropped; any other unraisable exception still reaches the old hook."""
+    previous = sys.unraisablehook
+    if getattr(previous, "kernelbook_dead_context", False):
+        return
+
+    def hook(unraisable):
+        if unraisable.exc_value is not None and _cuda_error(unraisable.exc_value):
+            return
+        previous(unraisable)
+
+    hook.kernelbook_dead_context = True
+    sys.unraisablehook = hook
+
+
+@dataclass
+class Kernel:
+    """What a job launches: a cubin's function (cuda, triton) or a torch variant's entry."""
+
+    kind: str
+    fn: Any
+    smem: int | None = None  # triton: the dynamic shared memory its launch passes
+    then: tuple[Any, ...] = ()  # cuda: the functions of the variant's then: entries, in order
+
+
+def load_kernel(root: Path, study: Study, variant: Variant, cubin: Path, smem=None) -> Kernel:
+    """The variant's kernel, loaded from its cubin (or its torch entry, imported)."""
+    where = f"{study.name}/{variant.id}"
+    if variant.kind == "torch":
+        from kernelbook import kinds
+        from kernelbook.build import CompileError
+
+        try:
+            return Kernel("torch", kinds.entry_function(root, variant))
+        except CompileError as e:
+            raise KernelFailure(str(e)) from None
+    import cupy as cp
+
+    try:
+        if variant.cluster or variant.tma:  # cuLaunchKernelEx (clusters, tensor maps)
+            return Kernel("cuda_ex", launch_mod.load(variant, cubin))
+        module = cp.RawModule(path=str(cubin))
+        fns = [module.get_function(e) for e in variant.entries]
+    except Exception as e:
+        names = ", ".join(repr(e) for e in variant.entries)
+        raise KernelFailure(f"{where}: cannot load {names} from {cubin}: {e}") from None
+    if variant.kind == "triton" and smem is None:
+        raise KernelFailure(f"{where}: no build row gives the triton kernel's shared memory")
+    return Kernel(variant.kind, fns[0], int(smem) if smem is not None else None, tuple(fns[1:]))
+
+
+def kernel_launcher(kernel: Kernel, study: Study, variant: Variant, sizes, case):
+    """(run, launch): a zero-argument launch of the variant on ``case`` at ``sizes``, and its
+    geometry (None for a torch variant, which launches its own kernels)."""
+    where = f"{study.name}/{variant.id}"
+    if kernel.kind == "torch":
+        from kernelbook import kinds
+
+        try:
+            run = kernel.fn(kinds.torch_case(case, study.params), **variant.defines)
+        except Exception as e:
+            if _cuda_error(e):
+                raise Crash(f"{where}: the torch entry crashed during its setup: {e}") from None
+            raise KernelFailure(
+                f"{where}: the torch entry '{variant.entry}' failed during its setup: {e!r}"
+            ) from None
+        if not callable(run):
+            raise KernelFailure(
+                f"{where}: the torch entry '{variant.entry}' returned {type(run).__name__}, "
+                "not a zero-argument callable"
+            )
+        return run, None
+    launch = variant.launch(sizes)
+    if kernel.kind == "cuda_ex":
+        import cupy as cp
+
+        try:
+            run = launch_mod.runner(
+                kernel.fn,
+                launch,
+                case,
+                problems.get(study.problem),
+                cp.cuda.get_current_stream().ptr,
+                where,
+            )
+        except Exception as e:
+            raise KernelFailure(f"{where}: cannot set up the launch: {e}") from None
+        return run, launch
+    args = case.args
+    if kernel.kind == "triton":
+        import numpy as np
+
+        launch = Launch(launch.grid, launch.block, kernel.smem)
+        args = (*args, *([np.uint64(0)] * TRITON_HIDDEN_PARAMS))
+    # a variant of several kernels (then:) launches them in order, each with its geometry
+    launches = [launch, *variant.launches(sizes)[1:]] if kernel.then else [launch]
+    pairs = list(zip((kernel.fn, *kernel.then), launches, strict=True))
+    for fn, one in pairs:
+        if one.smem > 48 * 1024:
+            try:
+                allow_dynamic_smem(fn, one.smem)
+            except Exception as e:
+                raise KernelFailure(
+                    f"{where}: cannot allow {one.smem} bytes of dynamic shared memory: {e}"
+                ) from None
+    workspace = None
+    if variant.workspace:  # a scratch buffer after the problem's arguments
+        import cupy as cp
+
+        workspace = cp.empty(max(1, variant.workspace_bytes(sizes)), dtype=cp.uint8)
+        args = (*args, workspace)
+    if len(pairs) == 1:
+        fn = kernel.fn
+
+        def run():
+            fn(launch.grid, launch.block, args, shared_mem=launch.smem)
+
+    else:
+
+        def run():
+            for fn, one in pairs:
+                fn(one.grid, one.block, args, shared_mem=one.smem)
+
+    run.workspace = workspace  # alive as long as the launcher
+    return run, launch
 
 
 def allow_dynamic_smem(kernel, nbytes: int) -> None:
@@ -71,33 +215,14 @@ def allow_dynamic_smem(kernel, nbytes: int) -> None:
         )
 
 
-def make_run(cp, kernel, variant: Variant, sizes, case):
-    """``run()`` launching the variant's kernel(s) (``kernel``: one function, or a list, one
-    per entry of ``variant.entries``) in order on the case, with the variant's workspace
-    appended to the arguments; and the first kernel's launch (the row's geometry)."""
-    kernels = kernel if isinstance(kernel, list | tuple) else [kernel]
-    launches = variant.launches(sizes)
-    for k, launch in zip(kernels, launches, strict=True):
-        if launch.smem > 48 * 1024:
-            try:
-                allow_dynamic_smem(k, launch.smem)
-            except Exception as e:
-                raise KernelFailure(
-                    f"cannot allow {launch.smem} bytes of dynamic shared memory: {e}"
-                ) from None
-    args = case.args
-    workspace = None
-    if variant.workspace:
-        workspace = cp.empty(max(1, variant.workspace_bytes(sizes)), dtype=cp.uint8)
-        args = (*args, workspace)
-    pairs = list(zip(kernels, launches, strict=True))
+def _triton_text() -> str:
+    """Triton's version, where it is installed (it compiled the triton variants)."""
+    try:
+        from importlib.metadata import version
 
-    def run():
-        for k, launch in pairs:
-            k(launch.grid, launch.block, args, shared_mem=launch.smem)
-
-    run.workspace = workspace  # alive as long as the launcher
-    return run, launches[0]
+        return f", triton {version('triton')}"
+    except Exception:
+        return ""
 
 
 class Bench:
@@ -126,7 +251,7 @@ class Bench:
             "flush_bytes": self.timer.flush_bytes,
             "blocking_kernel": self.timer.blocking,
             "software": f"python {platform.python_version()}, cupy {cp.__version__}, "
-            f"torch {torch.__version__}",
+            f"torch {torch.__version__}" + _triton_text(),
             **gpu.host_provenance(project.root),
         }
         self.sampler = gpu.Sampler(slot_uuid)
@@ -136,23 +261,11 @@ class Bench:
         self.sampler.close()
 
     # ------------------------------------------------------------------------------
-    def load(self, variant: Variant, cubin: Path):
-        cp = self.cp
-        try:
-            module = cp.RawModule(path=str(cubin))
-            fns = [module.get_function(e) for e in variant.entries]
-        except Exception as e:
-            raise KernelFailure(
-                f"{self.study.name}/{variant.id}: cannot load "
-                f"{', '.join(repr(e) for e in variant.entries)} from {cubin}: {e}"
-            ) from None
-        return fns[0] if len(fns) == 1 else fns
+    def load(self, variant: Variant, build: BuildInfo) -> Kernel:
+        return load_kernel(self.project.root, self.study, variant, build.cubin, build.smem)
 
-    def launcher(self, kernel, variant: Variant, sizes, case):
-        try:
-            return make_run(self.cp, kernel, variant, sizes, case)
-        except KernelFailure as e:
-            raise KernelFailure(f"{self.study.name}/{variant.id}: {e}") from None
+    def launcher(self, kernel: Kernel, variant: Variant, sizes, case):
+        return kernel_launcher(kernel, self.study, variant, sizes, case)
 
     def where(self, variant: Variant, sizes) -> str:
         label = " ".join(f"{k}={v}" for k, v in sizes.items())
@@ -219,16 +332,18 @@ def bench_variant(
         "baseline": study.baseline,
         "source_sha256": sha256_file(src),
         "spec_sha256": variant.spec_sha256(),
-        "cubin_sha256": "" if build.failed else sha256_file(build.cubin),
+        "cubin_sha256": "" if build.failed or variant.kind == "torch" else sha256_file(build.cubin),
         "defines": json.dumps(variant.defines),
         "nvcc_flags": build.nvcc_flags,
         "nvcc_version": build.nvcc_version,
         **b.provenance,
+        "arch": variant.target(project.settings["arch"]),
     }
 
     columns = dict.fromkeys(tables.schema("measurements", problem.size_names).names)
 
     def blank(s, status, reason):
+        flop, nbytes = problem.cost(s, study.dtype, variant.computes, study.params)
         return {
             **columns,
             **static,
@@ -236,8 +351,8 @@ def bench_variant(
             "size": problem.label(s),
             "status": status,
             "reason": reason,
-            "flop": problem.flops(s),
-            "bytes_min": problem.min_bytes(s, study.dtype),
+            "flop": flop,
+            "bytes_min": nbytes,
             "tolerance": study.tolerance or problem.tolerance(s, study.dtype),
             "measured_at": gpu.now(),
         }
@@ -263,7 +378,7 @@ def bench_variant(
                 fail(s, build.failed_kind, build.failed)
             runnable = []
         else:
-            kernel = b.load(variant, build.cubin)
+            kernel = b.load(variant, build)
         with b.stream, b.torch.cuda.stream(b.torch_stream):
             for s in runnable:  # correct before fast: every size, before any timing
                 current = s
@@ -288,9 +403,11 @@ def bench_variant(
                 )
                 b.free()
     except (KernelFailure, Hang) as e:
+        kind = getattr(e, "kind", "hang")
+        if kind in DEVICE_LOST:
+            quiet_dead_context()  # before the failed size's CUDA objects are dropped
         if not tolerate_failure:
             raise
-        kind = getattr(e, "kind", "hang")
         done = {r["size"] for r in rows}
         at = problem.label(current) if current is not None else None
         for s in runnable:
@@ -360,7 +477,7 @@ def _time_size(b: Bench, kernel, variant, s, checked, blank, samples=None) -> di
     )
     run, launch = b.launcher(kernel, variant, s, case)
     base = problem.baseline(case, study.baseline, study.params)
-    flop, nbytes = problem.flops(s), problem.min_bytes(s, study.dtype)
+    flop, nbytes = problem.cost(s, study.dtype, variant.computes, study.params)
     fns = {"variant": run, "baseline": base.run}
     extras, unavailable = {}, {}
     for n in study.extra_baselines:  # one that cannot run here is named, not fatal
@@ -413,9 +530,9 @@ def _time_size(b: Bench, kernel, variant, s, checked, blank, samples=None) -> di
         correct=True,
         rel_err=result.rel_err,
         max_err=result.max_err,
-        grid=_dims(launch.grid),
-        block=_dims(launch.block),
-        smem_dynamic_bytes=launch.smem,
+        grid=_dims(launch.grid) if launch else None,
+        block=_dims(launch.block) if launch else None,
+        smem_dynamic_bytes=launch.smem if launch else None,
         measured_at=gpu.now(),
         **env,
     )

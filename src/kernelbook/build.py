@@ -183,7 +183,7 @@ def nvcc_command(
     return [
         "nvcc",
         "-cubin",
-        *gencode(arch),
+        *gencode(variant.target(arch)),
         *flags,
         *variant.nvcc_flags,
         "-Xptxas",
@@ -294,11 +294,12 @@ def compile_variant(
             f"{returncode}):\n{log.strip()}\ncommand: {' '.join(cmd)}"
         )
     resources = parse_ptxas(log)
-    if variant.entry not in resources:
+    missing = [e for e in variant.entries if e not in resources]
+    if missing:
         tmp.unlink(missing_ok=True)
         found = ", ".join(resources) or "none"
         raise CompileError(
-            f"{variant.study}/{variant.id}: entry '{variant.entry}' is not a kernel in "
+            f"{variant.study}/{variant.id}: entry '{missing[0]}' is not a kernel in "
             f'{variant.source} (kernels found: {found}; is it extern "C" __global__?)'
         )
     try:
@@ -317,6 +318,9 @@ def compile_variant(
         raise CompileError(
             f"{variant.study}/{variant.id}: cuobjdump -sass failed: {dump.stderr.strip()}"
         )
-    sass = parse_sass(dump.stdout).get(variant.entry, Counter())
+    # a variant of several kernels (then:): the build row's resources are its first
+    # kernel's, its SASS histogram counts every kernel's instructions
+    per_kernel = parse_sass(dump.stdout)
+    sass = sum((per_kernel.get(e, Counter()) for e in variant.entries), Counter())
     os.replace(tmp, cubin)
     return BuildResult(resources[variant.entry], sass, log, cmd, nvcc_version())

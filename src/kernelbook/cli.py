@@ -88,11 +88,26 @@ def cmd_compile(args) -> int:
 
     project, study, variant = _study_variant(args)
     s = project.settings
-    flags = list(s["nvcc_flags"])
+    flags = list(s["nvcc_flags"]) if variant.kind == "cuda" else []
+    if variant.kind == "torch":
+        return _record_not_compiled(args, project, study, variant)
     try:
-        res = build.compile_variant(
-            variant, s["arch"], flags, project.root, Path(args.cubin), s["timeouts"]["nvcc_s"]
-        )
+        if variant.kind == "triton":
+            from kernelbook import kinds
+
+            res = kinds.compile_triton(
+                variant,
+                s["arch"],
+                project.root,
+                study.dtype,
+                study.problem,
+                Path(args.cubin),
+                s["timeouts"]["nvcc_s"],
+            )
+        else:
+            res = build.compile_variant(
+                variant, s["arch"], flags, project.root, Path(args.cubin), s["timeouts"]["nvcc_s"]
+            )
     except build.CompileError as e:
         if not args.record_failure:
             raise
@@ -104,9 +119,10 @@ def cmd_compile(args) -> int:
         "tuned_from": variant.tuned_from,
         "status": "ok",
         "reason": None,
+        "kind": variant.kind,
         "entry": variant.entry,
         "source": variant.source,
-        "arch": s["arch"],
+        "arch": variant.target(s["arch"]),
         "registers": r.registers,
         "barriers": r.barriers,
         "smem_static_bytes": r.smem_static_bytes,
@@ -114,6 +130,7 @@ def cmd_compile(args) -> int:
         "spill_store_bytes": r.spill_store_bytes,
         "spill_load_bytes": r.spill_load_bytes,
         "cmem0_bytes": r.cmem0_bytes,
+        "smem_dynamic_bytes": getattr(res, "smem_dynamic", None),
         "sass_instructions": sum(res.sass.values()),
         "source_sha256": build.sha256_file(project.root / variant.source),
         "spec_sha256": variant.spec_sha256(),
@@ -147,6 +164,45 @@ def cmd_compile(args) -> int:
     return 0
 
 
+def _record_not_compiled(args, project, study, variant) -> int:
+    """A torch variant has no compile step: its build row says so (no cubin, no SASS); the
+    cubin file is left empty, as for a failed build, so the DAG's files stay the same."""
+    import pandas as pd
+
+    from kernelbook import build, gpu, tables
+
+    cubin = Path(args.cubin)
+    cubin.parent.mkdir(parents=True, exist_ok=True)
+    cubin.write_bytes(b"")
+    row = {
+        "study": study.name,
+        "variant": variant.id,
+        "tuned_from": variant.tuned_from,
+        "status": "not_compiled",
+        "reason": "torch variant: no compile step (torch launches its own kernels; no cubin, "
+        "no SASS)",
+        "kind": variant.kind,
+        "entry": variant.entry,
+        "source": variant.source,
+        "arch": project.settings["arch"],
+        "source_sha256": build.sha256_file(project.root / variant.source),
+        "spec_sha256": variant.spec_sha256(),
+        "cubin_sha256": "",
+        "defines": json.dumps(variant.defines),
+        "nvcc_flags": "",
+        "nvcc_version": "",
+        "nvcc_command": "",
+        "git_commit": gpu.git_commit(project.root),
+        "built_at": gpu.now(),
+    }
+    _eprint(f"{study.name}/{variant.id}: {row['reason']}")
+    if args.build:
+        tables.write([row], args.build, "build")
+    if args.sass:
+        tables.write(pd.DataFrame(columns=tables.schema("sass").names), args.sass, "sass")
+    return 0
+
+
 def _record_compile_failure(args, project, study, variant, flags, error) -> int:
     """A variant that does not compile still gets its outputs: a failed build row with
     nvcc's message, an empty SASS table and an empty cubin (which bench, profile and
@@ -158,24 +214,34 @@ def _record_compile_failure(args, project, study, variant, flags, error) -> int:
 
     _eprint(f"kernelbook: error: {error}")
     _eprint(f"{study.name}/{variant.id}: recorded as a failed build; the run goes on")
-    try:
-        version = build.nvcc_version()
-    except build.CompileError:
-        version = "unknown"
     source = project.root / variant.source
     cubin = Path(args.cubin)
     cubin.parent.mkdir(parents=True, exist_ok=True)
     cubin.write_bytes(b"")
-    cmd = build.nvcc_command(variant, project.settings["arch"], flags, source, cubin)
+    if variant.kind == "triton":
+        from kernelbook import kinds
+
+        try:
+            version = f"triton {kinds.triton_version()}"
+        except build.CompileError:
+            version = "unknown"
+        cmd = [f"triton.compile({variant.entry}) for {project.settings['arch']}"]
+    else:
+        try:
+            version = build.nvcc_version()
+        except build.CompileError:
+            version = "unknown"
+        cmd = build.nvcc_command(variant, project.settings["arch"], flags, source, cubin)
     row = {
         "study": study.name,
         "variant": variant.id,
         "tuned_from": variant.tuned_from,
         "status": "failed",
         "reason": f"compile: {error}",
+        "kind": variant.kind,
         "entry": variant.entry,
         "source": variant.source,
-        "arch": project.settings["arch"],
+        "arch": variant.target(project.settings["arch"]),
         "source_sha256": build.sha256_file(source) if source.is_file() else "",
         "spec_sha256": variant.spec_sha256(),
         "cubin_sha256": "",
@@ -207,7 +273,6 @@ def cmd_bench(args) -> int:
     if variant.is_tuned:
         return _bench_tuned_sweep(args, project, study, variant, sizes)
     slot = gpu.acquire_slot()
-    s = project.settings
     flags = _nvcc_flags(project, variant)
     with tempfile.TemporaryDirectory() as tmp:
         if args.cubin:
@@ -215,18 +280,17 @@ def cmd_bench(args) -> int:
             failed = None
             if build_row is not None and build_row.get("status") == "failed":
                 failed = str(build_row["reason"]).removeprefix("compile: ")
+            if build_row is None and variant.kind != "cuda":
+                build_row = _sibling_build_row(Path(args.cubin))
             info = bench.BuildInfo(
                 Path(args.cubin),
                 build_row["nvcc_version"] if build_row is not None else build.nvcc_version(),
                 flags,
                 failed=failed,
+                smem=_row_smem(build_row),
             )
         else:
-            cubin = Path(tmp) / f"{variant.id}.cubin"
-            res = build.compile_variant(
-                variant, s["arch"], list(s["nvcc_flags"]), project.root, cubin, _nvcc_timeout(s)
-            )
-            info = bench.BuildInfo(cubin, res.nvcc_version, flags)
+            info = _compile_now(project, study, variant, Path(tmp) / f"{variant.id}.cubin")
         samples: list[dict] = []
         rows = bench.bench_variant(
             project,
@@ -239,6 +303,45 @@ def cmd_bench(args) -> int:
             samples=samples,
         )
     return _finish_bench(args, rows, problem, samples)
+
+
+def _compile_now(project, study, variant, cubin: Path):
+    """Build a variant for a command run outside the pipeline (bench, launch without
+    --cubin): nvcc or Triton into ``cubin``; a torch variant has nothing to build."""
+    from kernelbook import bench, build
+
+    s = project.settings
+    flags = _nvcc_flags(project, variant)
+    if variant.kind == "torch":
+        return bench.BuildInfo(cubin, "", "")
+    if variant.kind == "triton":
+        from kernelbook import kinds
+
+        res = kinds.compile_triton(
+            variant, s["arch"], project.root, study.dtype, study.problem, cubin, _nvcc_timeout(s)
+        )
+        return bench.BuildInfo(cubin, res.nvcc_version, "", smem=res.smem_dynamic)
+    res = build.compile_variant(
+        variant, s["arch"], list(s["nvcc_flags"]), project.root, cubin, _nvcc_timeout(s)
+    )
+    return bench.BuildInfo(cubin, res.nvcc_version, flags)
+
+
+def _sibling_build_row(cubin: Path):
+    """The build row the compile job wrote beside a cubin (None where there is none)."""
+    from kernelbook import tables
+
+    path = cubin.parent / "build.parquet"
+    return tables.read(path).iloc[0] if path.is_file() else None
+
+
+def _row_smem(build_row) -> int | None:
+    import pandas as pd
+
+    if build_row is None:
+        return None
+    v = build_row.get("smem_dynamic_bytes")
+    return None if v is None or pd.isna(v) else int(v)
 
 
 def _finish_bench(args, rows, problem, samples) -> int:
@@ -304,7 +407,12 @@ def _bench_tuned_sweep(args, project, study, variant, sizes) -> int:
             run = study.variant(cand)
             cubin = Path(args.build_dir) / cand / "kernel.cubin"
             build_row = tables.read(cubin.parent / "build.parquet").iloc[0]
-            info = bench.BuildInfo(cubin, build_row["nvcc_version"], _nvcc_flags(project, run))
+            info = bench.BuildInfo(
+                cubin,
+                build_row["nvcc_version"],
+                _nvcc_flags(project, run),
+                smem=_row_smem(build_row),
+            )
         else:
             pick = problem.label(tune.sweep_pick(study, variant))
             why = (
@@ -339,6 +447,8 @@ def _bench_tuned_sweep(args, project, study, variant, sizes) -> int:
 
 
 def _nvcc_flags(project, variant) -> str:
+    if variant.kind != "cuda":
+        return ""
     return " ".join(list(project.settings["nvcc_flags"]) + list(variant.nvcc_flags))
 
 
@@ -360,7 +470,7 @@ def _print_rows(rows, problem):
 
 def cmd_launch(args) -> int:
     """Launch one variant at one size a few times: the target of ncu and compute-sanitizer."""
-    from kernelbook import build, gpu
+    from kernelbook import gpu
 
     project, study, variant = _study_variant(args)
     problem = problems.get(study.problem)
@@ -376,11 +486,15 @@ def cmd_launch(args) -> int:
         # Plain cudaMalloc per array, no guard bands: compute-sanitizer's memcheck then sees
         # an access past an array's end as outside its allocation.
         cp.cuda.set_allocator(None)
+    from kernelbook import bench
+
     with tempfile.TemporaryDirectory() as tmp:
-        cubin = Path(args.cubin) if args.cubin else Path(tmp) / "kernel.cubin"
-        if not args.cubin:
-            s = project.settings
-            build.compile_variant(variant, s["arch"], list(s["nvcc_flags"]), project.root, cubin)
+        if args.cubin:
+            cubin = Path(args.cubin)
+            smem = _row_smem(_sibling_build_row(cubin)) if variant.kind == "triton" else None
+        else:
+            info = _compile_now(project, study, variant, Path(tmp) / "kernel.cubin")
+            cubin, smem = info.cubin, info.smem
         case = problem.setup(
             sizes,
             study.dtype,
@@ -390,27 +504,44 @@ def cmd_launch(args) -> int:
             computes=variant.computes,
             reference=args.check,
         )
-        from kernelbook.bench import make_run
-
-        module = cp.RawModule(path=str(cubin))
-        run, launch = make_run(
-            cp, [module.get_function(e) for e in variant.entries], variant, sizes, case
-        )
+        kernel = bench.load_kernel(project.root, study, variant, cubin, smem)
+        run, launch = bench.kernel_launcher(kernel, study, variant, sizes, case)
         limit = float(project.settings["timeouts"]["launch_s"])
         where = f"{study.name}/{variant.id} at {problem.label(sizes)}"
+        nvtx = _nvtx_range()
         for i in range(args.repeat):
             case.reset()
-            run()
+            with nvtx(NVTX_RANGE):  # ncu profiles the kernels inside this range only
+                run()
             _wait_or_leave(cp, limit, where)
             if args.check and i == 0:
                 tol = study.tolerance or problem.tolerance(sizes, study.dtype)
                 r = problem.check(case, tol, f"{study.name}/{variant.id} at {args.size}")
                 _eprint(f"correct: rel_err {r.rel_err:.2e}")
-    _eprint(
-        f"{study.name}/{variant.id}: launched {args.repeat}x at {problem.label(sizes)}, "
+    geometry = (
         f"grid {launch.grid}, block {launch.block}, smem {launch.smem}"
+        if launch
+        else "torch's own kernels"
+    )
+    _eprint(
+        f"{study.name}/{variant.id}: launched {args.repeat}x at {problem.label(sizes)}, {geometry}"
     )
     return 0
+
+
+NVTX_RANGE = "kernelbook_variant"  # the range ncu's --nvtx-include selects (profile.py)
+
+
+def _nvtx_range():
+    """A context manager pushing an NVTX range (torch's, which needs no other package)."""
+    import contextlib
+
+    try:
+        import torch
+
+        return torch.cuda.nvtx.range
+    except Exception:
+        return lambda name: contextlib.nullcontext()
 
 
 def _wait_or_leave(cp, limit: float, where: str) -> None:
@@ -540,7 +671,9 @@ def cmd_roofline(args) -> int:
     meas = tables.read(args.measurements) if args.measurements else None
     dev = tables.read(args.device) if args.device else None
     problem = problems.get(study.problem)
-    out = profile.roofline(prof, meas, dev, study.size_names, problem.flops)
+    out = profile.roofline(
+        prof, meas, dev, study.size_names, problem.flops, tensor_flops=problem.peak != "fp32"
+    )
     if out.empty:  # nothing profiled (every variant failed or was not run)
         out = pd.DataFrame(columns=tables.schema("roofline", study.size_names).names)
     tables.write(out, args.out, "roofline", study.size_names)
@@ -629,11 +762,26 @@ def cmd_device(args) -> int:
 
 
 def cmd_gather(args) -> int:
-    from kernelbook import tables, tune
+    from kernelbook import regimes, tables, tune
 
     # measurements: a tuned variant's confirmed rows replace its selection rows
-    post = tune.confirmed if args.table == "measurements" else None
-    tables.gather(args.inputs, args.out, args.table, post)
+    steps = [tune.confirmed] if args.table == "measurements" else []
+    if args.device or args.meta:
+        if not (args.device and args.meta) or args.table != "measurements":
+            raise SystemExit("kernelbook gather: --device and --meta go together, on measurements")
+        meta = json.loads(Path(args.meta).read_text())
+        device = tables.read(args.device)
+        steps.append(lambda df: regimes.annotate(df, device, meta))
+
+    def post(df):
+        for step in steps:
+            df = step(df)
+        return df
+
+    try:
+        tables.gather(args.inputs, args.out, args.table, post if steps else None)
+    except regimes.RegimesError as e:
+        raise SystemExit(f"kernelbook gather: {args.device}: {e}") from None
     return 0
 
 
@@ -778,6 +926,12 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("table")
     s.add_argument("out")
     s.add_argument("inputs", nargs="*")
+    s.add_argument(
+        "--device",
+        help="measurements: add the three-term prediction (kernelbook.regimes) from this "
+        "device table",
+    )
+    s.add_argument("--meta", help="with --device: the study.json holding each variant's predict")
     s.set_defaults(fn=cmd_gather)
 
     s = sub.add_parser("stages", help="a study's Snakemake benchmark files as one table")

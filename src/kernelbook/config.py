@@ -7,6 +7,7 @@ expanded into candidate variants. Every error names the file and the key at faul
 
 from __future__ import annotations
 
+import ast
 import copy
 import dataclasses
 import functools
@@ -121,6 +122,14 @@ class Launch:
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     smem: int
+    cluster: tuple[int, int, int] = (1, 1, 1)
+    # TMA tensor maps, in argument order: (matrix, box rows, box columns, swizzle bytes)
+    tma: tuple[tuple[str, int, int, int], ...] = ()
+
+    @property
+    def extended(self) -> bool:
+        """Launched through cuLaunchKernelEx (a cluster or tensor maps), not CuPy."""
+        return self.cluster != (1, 1, 1) or bool(self.tma)
 
 
 # CUDA's launch limits (CUDA C++ Programming Guide, "Features and Technical Specifications"),
@@ -144,10 +153,52 @@ SMEM_OPTIN_BYTES = {
 }
 
 
+def arch_number(arch: str) -> int | None:
+    """The compute capability of an nvcc target as a number (sm_90a -> 90)."""
+    digits = "".join(ch for ch in arch.partition("_")[2] if ch.isdigit())
+    return int(digits) if digits else None
+
+
 def smem_optin_limit(arch: str) -> int | None:
     """The dynamic shared memory limit of an nvcc target (sm_90a -> 90), None if not tabled."""
-    digits = "".join(ch for ch in arch.partition("_")[2] if ch.isdigit())
-    return SMEM_OPTIN_BYTES.get(int(digits)) if digits else None
+    num = arch_number(arch)
+    return SMEM_OPTIN_BYTES.get(num) if num else None
+
+
+# Thread block clusters: sm_90 and later; 8 blocks is the portable maximum.
+MAX_CLUSTER_BLOCKS = 8
+# TMA (cuTensorMapEncodeTiled): each box dimension 1..256 elements, the inner one a multiple
+# of 16 bytes and, with a swizzle, no wider than the swizzle span.
+MAX_TMA_BOX = 256
+
+
+def cluster_problems(grid: list[int], cluster: list[int]) -> list[str]:
+    out = []
+    if any(c < 1 for c in cluster):
+        out.append(f"cluster {cluster} has a zero")
+        return out
+    n = cluster[0] * cluster[1] * cluster[2]
+    if n > MAX_CLUSTER_BLOCKS:
+        out.append(f"cluster {cluster} has {n} blocks (> {MAX_CLUSTER_BLOCKS}, the portable size)")
+    if any(g % c for g, c in zip(grid, cluster, strict=True)):
+        out.append(f"grid {grid} is not a multiple of cluster {cluster}")
+    return out
+
+
+def tma_problems(name: str, rows: int, cols: int, swizzle: int, itemsize: int = 2) -> list[str]:
+    out = []
+    for what, d in (("rows", rows), ("columns", cols)):
+        if not 1 <= d <= MAX_TMA_BOX:
+            out.append(f"tma.{name}.box {what} {d} outside 1..{MAX_TMA_BOX}")
+    inner = cols * itemsize
+    if inner % 16:
+        out.append(f"tma.{name}.box: {cols} columns are {inner} bytes, not a multiple of 16")
+    if swizzle and inner > swizzle:
+        out.append(
+            f"tma.{name}.box: {cols} columns are {inner} bytes, wider than the {swizzle}-byte "
+            f"swizzle"
+        )
+    return out
 
 
 def launch_problems(
@@ -222,6 +273,15 @@ class Variant:
         except expr.ExprError as e:
             raise ConfigError(f"{self.study}/{self.id}: workspace at {sizes}: {e}") from None
 
+    kind: str = "cuda"  # cuda (a .cu), triton (a @triton.jit function) or torch (a callable)
+    arch: str | None = None  # this variant's nvcc target (None: the global arch)
+    cluster: tuple[Any, ...] = ()  # cluster dimensions (expressions); () is no cluster
+    tma: dict[str, dict[str, Any]] = field(default_factory=dict)  # matrix -> {box, swizzle}
+
+    def target(self, arch: str) -> str:
+        """The nvcc target this variant is built for, given the global one."""
+        return self.arch or arch
+
     @property
     def is_tuned(self) -> bool:
         return bool(self.candidates)
@@ -244,18 +304,32 @@ class Variant:
             grid = [expr.evaluate_int(g, env) for g in self.grid]
             block = [expr.evaluate_int(b, env) for b in self.block]
             smem = expr.evaluate_int(self.smem, env)
+            cluster = [expr.evaluate_int(c, env) for c in self.cluster] or [1]
+            tma = [
+                (
+                    name,
+                    expr.evaluate_int(m["box"][0], env),
+                    expr.evaluate_int(m["box"][1], env),
+                    int(m.get("swizzle", 128)),
+                )
+                for name, m in self.tma.items()
+            ]
         except expr.ExprError as e:
             raise ConfigError(
                 f"{self.study}/{self.id}: launch geometry at {_size_text(sizes)}: {e}"
             ) from None
         grid += [1] * (3 - len(grid))
         block += [1] * (3 - len(block))
+        cluster += [1] * (3 - len(cluster))
         problems = launch_problems(grid, block, smem, smem_limit)
+        problems += cluster_problems(grid, cluster)
+        for t in tma:
+            problems += tma_problems(*t)
         if problems:
             raise ConfigError(
                 f"{self.study}/{self.id}: {'; '.join(problems)} at {_size_text(sizes)}"
             )
-        return Launch(tuple(grid), tuple(block), smem)
+        return Launch(tuple(grid), tuple(block), smem, tuple(cluster), tuple(tma))
 
     def spec(self) -> dict[str, Any]:
         """What defines this variant's build and launch: a change reruns its jobs."""
@@ -271,6 +345,10 @@ class Variant:
             **({"computes": self.computes} if self.computes else {}),
             **({"then": [dict(t) for t in self.then]} if self.then else {}),
             **({"workspace": self.workspace} if self.workspace else {}),
+            **({"kind": self.kind} if self.kind != "cuda" else {}),
+            **({"arch": self.arch} if self.arch else {}),
+            **({"cluster": list(self.cluster)} if self.cluster else {}),
+            **({"tma": self.tma} if self.tma else {}),
         }
 
     def spec_sha256(self) -> str:
@@ -300,6 +378,7 @@ class Study:
     sanitize_size: dict[str, int] | None = None
     # baselines timed beside the first (``baseline: [a, b, ...]``): extra columns, lines
     extra_baselines: tuple[str, ...] = ()
+    second_headline: dict[str, int] | None = None  # a second size the ladder is drawn at
 
     def sanitize_size_for(self, variant: Variant) -> dict[str, int] | None:
         """The configured size, else the variant's smallest runnable size (None: none runs)."""
@@ -413,6 +492,16 @@ def load_study(path: Path, settings: dict, root: Path) -> Study:
         )
         if headline not in sizes:
             raise ConfigError(f"{shown}: headline {headline} is not one of the study's sizes")
+    second = None
+    if "second_headline" in raw:
+        second = _complete_size(
+            raw["second_headline"],
+            problem.size_names,
+            f"{shown}: second_headline",
+            problem.zero_sizes,
+        )
+        if second not in sizes:
+            raise ConfigError(f"{shown}: second_headline {second} is not one of the study's sizes")
     timing = {**settings["timing"], **raw.get("timing", {})}
     sub = schema("config")["properties"]["timing"]
     try:
@@ -450,7 +539,7 @@ def load_study(path: Path, settings: dict, root: Path) -> Study:
         variants.append(v)
         candidates.extend(cands)
         claimed = [*sizes, *profile_sizes, *([sanitize_size] if sanitize_size else [])]
-        _check_launches([v, *cands], claimed, smem_optin_limit(settings["arch"]), where)
+        _check_launches([v, *cands], claimed, smem_optin_limit(v.target(settings["arch"])), where)
     return Study(
         name=name,
         path=shown,
@@ -461,6 +550,7 @@ def load_study(path: Path, settings: dict, root: Path) -> Study:
         baseline=baselines[0],
         extra_baselines=tuple(baselines[1:]),
         headline=headline,
+        second_headline=second,
         tolerance=raw.get("tolerance"),
         timing=timing,
         variants=tuple(variants),
@@ -507,7 +597,7 @@ def _check_flow_commas(data, shown: str) -> None:
     for i, v in enumerate(data["variants"]):
         if not isinstance(v, dict):
             continue
-        for key in ("grid", "block", "requires"):
+        for key in ("grid", "block", "requires", "cluster"):
             items = v.get(key)
             if isinstance(items, list) and any(
                 isinstance(t, str) and t.count("(") != t.count(")") for t in items
@@ -615,11 +705,56 @@ def _check_exprs(items, allowed: set[str], where: str, key: str) -> None:
             )
 
 
+KINDS = ("cuda", "triton", "torch")
+SOURCE_SUFFIX = {"cuda": ".cu", "triton": ".py", "torch": ".py"}
+# Triton's launch settings, as defines (their defaults are Triton's own)
+TRITON_DEFAULTS = {"NUM_WARPS": 4, "NUM_STAGES": 3}
+
+
+def _python_functions(path: Path, where: str) -> list[str]:
+    """The top-level functions of a Python source, read without importing it (no triton
+    or torch import at config load)."""
+    try:
+        tree = ast.parse(path.read_text(), str(path))
+    except SyntaxError as e:
+        raise ConfigError(
+            f"{where}: {path.name} is not valid Python (line {e.lineno}): {e.msg}"
+        ) from None
+    return [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
+
+
 def _variant(study, vraw, settings, root, problem, params, sizes, where):
-    source = vraw.get("source", f"kernels/{study}/{vraw['id']}.cu")
+    kind = vraw.get("kind", "cuda")
+    if kind not in KINDS:  # the schema says so first; kept for records built by hand
+        raise ConfigError(f"{where}: kind '{kind}' is not one of {', '.join(KINDS)}")
+    source = vraw.get("source", f"kernels/{study}/{vraw['id']}{SOURCE_SUFFIX[kind]}")
     if not (root / source).is_file():
         raise ConfigError(f"{where}: source {source} not found")
-    raw_defines = vraw.get("defines", {})
+    if kind != "cuda":
+        if not source.endswith(".py"):
+            raise ConfigError(f"{where}: a {kind} variant's source is a .py file, not {source}")
+        found = _python_functions(root / source, where)
+        if vraw["entry"] not in found:
+            raise ConfigError(
+                f"{where}: entry '{vraw['entry']}' is not a function of {source} "
+                f"(functions: {', '.join(found) or 'none'})"
+            )
+    several = [k for k in ("then", "workspace") if vraw.get(k)]
+    if several and (kind != "cuda" or vraw.get("cluster") or vraw.get("tma")):
+        what = f"kind {kind}" if kind != "cuda" else "cluster/tma launches"
+        raise ConfigError(
+            f"{where}: {' and '.join(several)} are for CUDA C variants launched through "
+            f"CuPy, not {what}"
+        )
+    raw_defines = dict(vraw.get("defines", {}))
+    if kind == "triton":
+        space = (vraw.get("tune") or {}).get("space", {})
+        for k, v in TRITON_DEFAULTS.items():
+            if k not in raw_defines and k not in space:
+                raw_defines[k] = v
+        vraw = {**vraw, "block": ["32 * NUM_WARPS"], "smem": 0}
+    elif kind == "torch":
+        vraw = {**vraw, "grid": [1], "block": [1], "smem": 0}
     clash = set(raw_defines) & set(problem.size_names)
     if clash:
         raise ConfigError(f"{where}: defines {', '.join(sorted(clash))} clash with size names")
@@ -641,6 +776,25 @@ def _variant(study, vraw, settings, root, problem, params, sizes, where):
         _check_exprs(t["grid"], allowed, where, f"then[{i}].grid")
         _check_exprs(t["block"], allowed, where, f"then[{i}].block")
         _check_exprs([t.get("smem", 0)], allowed, where, f"then[{i}].smem")
+    _check_exprs(vraw.get("cluster", []), allowed, where, "cluster")
+    tma = vraw.get("tma", {})
+    if tma:
+        known = getattr(problem, "matrices", None)
+        names = set(known(dict.fromkeys(problem.size_names, 1))) if known else set()
+        for name, m in tma.items():
+            if name not in names:
+                raise ConfigError(
+                    f"{where}: tma.{name}: problem '{problem.name}' has no matrix '{name}' "
+                    f"(matrices: {', '.join(sorted(names)) or 'none'})"
+                )
+            _check_exprs(m["box"], allowed, where, f"tma.{name}.box")
+    arch = vraw.get("arch")
+    target = arch or settings["arch"]
+    if (vraw.get("cluster") or tma) and (arch_number(target) or 0) < 90:
+        raise ConfigError(
+            f"{where}: {'cluster' if vraw.get('cluster') else 'tma'} needs sm_90 or later; "
+            f"the variant builds for {target} (set its arch: sm_90a)"
+        )
     common = dict(
         study=study,
         source=source,
@@ -657,6 +811,10 @@ def _variant(study, vraw, settings, root, problem, params, sizes, where):
         known_findings=dict(vraw.get("known_findings", {})),
         then=tuple(dict(t) for t in vraw.get("then", [])),
         workspace=vraw.get("workspace", 0),
+        kind=kind,
+        arch=arch,
+        cluster=tuple(vraw.get("cluster", [])),
+        tma={k: dict(v) for k, v in tma.items()},
     )
     if not tune:
         defines = _resolve_defines(raw_defines, {}, where)

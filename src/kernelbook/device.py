@@ -154,6 +154,9 @@ def measure_device(project, slot_uuid: str, log: Callable[[str], None] = print) 
             add(quantity, gbps, "GB/s", "measured", method)
         cp.get_default_memory_pool().free_all_blocks()
 
+        for quantity, (us, method) in launch_overhead(project.settings["timing"], timer).items():
+            add(quantity, us, "us", "measured", method)
+
         torch.backends.cuda.matmul.allow_tf32 = False
         gen = torch.Generator(device="cuda").manual_seed(int(project.settings["seed"]))
         for dtype, name, mode in (
@@ -184,3 +187,40 @@ def write_device_table(project, out: Path, slot_uuid: str) -> None:
     tables.write(
         measure_device(project, slot_uuid, lambda s: print(s, file=sys.stderr)), out, "device"
     )
+
+
+EMPTY_KERNEL = 'extern "C" __global__ void kb_empty() {}'
+
+
+def launch_overhead(timing: dict, timer: Timer) -> dict[str, tuple[float, str]]:
+    """{quantity: (microseconds, method)}: the GPU time of an empty kernel (one thread), timed
+    by the blocking-kernel Timer (no host time in a sample) through a plain launch and as one
+    of ``graph_launches`` kernels of a CUDA graph (the graph's time over its kernels). The
+    floor of the overhead regime: kernelbook.regimes predicts with these."""
+    import cupy as cp
+
+    kernel = cp.RawKernel(EMPTY_KERNEL, "kb_empty")
+
+    def empty():
+        kernel((1,), (1,), ())
+
+    out = {}
+    t = timer.measure({"empty": empty}, "empty kernel, plain launch")["empty"].median
+    out["launch_overhead_us"] = (
+        t * 1e3,
+        "an empty kernel (1 thread) launched once per sample, blocking-kernel event-timed "
+        "median, warm",
+    )
+    launches = int(timing["graph_launches"])
+    graph_policy = {**timer.policy, "method": "graph", "cache": "warm", "graph_launches": launches}
+    graph_timer = Timer(graph_policy, 0, timer.stream, timer.torch_stream)
+    try:
+        t = graph_timer.measure({"empty": empty}, "empty kernel, CUDA graph")["empty"].median
+    finally:
+        graph_timer.close()
+    out["launch_overhead_graph_us"] = (
+        t * 1e3,
+        f"the same empty kernel captured {launches} times in one CUDA graph, the graph's "
+        "blocking-kernel event-timed median over its kernels, warm",
+    )
+    return out

@@ -163,8 +163,10 @@ def ladder(
     size_label: str,
     baseline_label: str,
     references: list[dict] = (),
+    name: str = "ladder",
 ) -> Figure:
-    """% of baseline per variant at the headline size, published references beside.
+    """% of baseline per variant at the headline size, published references beside
+    (``name``: the figure's file name, for a ladder at a second headline size).
 
     ``headline`` has one row per variant (index: variant id) with status and
     pct_of_baseline; variants absent or not ok are drawn as labelled gaps.
@@ -205,13 +207,13 @@ def ladder(
             )
             top = max(top, max(ys))
     ax.axhline(100, color=BASELINE_COLOR, linewidth=1.2, linestyle="--", label=baseline_label)
-    for j, (name, level) in enumerate(_extra_levels(headline).items()):
+    for j, (other, level) in enumerate(_extra_levels(headline).items()):
         ax.axhline(
             level,
             color=EXTRA_COLORS[j % len(EXTRA_COLORS)],
             linewidth=1.2,
             linestyle=":",
-            label=f"{name} ({level:.0f} % of {baseline_label})",
+            label=f"{other} ({level:.0f} % of {baseline_label})",
         )
         top = max(top, level)
     ax.set_xticks(x, order, rotation=30, ha="right")
@@ -225,7 +227,7 @@ def ladder(
     )
     if refs:
         caption += " Grey markers: published numbers from other GPUs, for orientation."
-    return save(fig, outdir, "ladder", f"% of {baseline_label} per variant", caption)
+    return save(fig, outdir, name, f"% of {baseline_label} per variant", caption)
 
 
 # ------------------------------------------------------------------------------------------
@@ -375,6 +377,8 @@ def ceilings(device: pd.DataFrame | None) -> dict[str, float]:
     for key in (
         "fp32_peak_tflops",
         "cublas_fp32_tflops",
+        "bf16_tensor_peak_tflops",
+        "cublas_bf16_tflops",
         "copy_gbps",
         "dram_peak_gbps",
         "l2_gbps",
@@ -392,15 +396,21 @@ def roofline(
     *,
     ceil: dict[str, float],
     size_label: str,
+    peak_kind: str = "fp32",
 ) -> Figure:
-    """Each variant at its DRAM, L2 and L1 arithmetic intensity under the device's ceilings."""
+    """Each variant at its DRAM, L2 and L1 arithmetic intensity under the device's ceilings;
+    the compute roof is the FP32 peak, or with ``peak_kind`` "bf16_tensor" the dense BF16
+    tensor peak (and cuBLAS BF16 beside it)."""
     if roof is None or roof.empty:
         raise NoData("no roofline rows")
     if "flop" in roof and (roof["flop"].fillna(0) == 0).all():
         # no arithmetic at all (a transpose, a copy): intensity is 0 at every level, so the
         # roofline reduces to its bandwidth roofs, and no compute peak is needed
         return bandwidth_roofline(roof, order, outdir, ceil=ceil, size_label=size_label)
-    peak = ceil.get("fp32_peak_tflops") or ceil.get("cublas_fp32_tflops")
+    prec = "bf16" if peak_kind == "bf16_tensor" else "fp32"
+    peak_key = "bf16_tensor_peak_tflops" if prec == "bf16" else "fp32_peak_tflops"
+    cublas_key, peak_name = f"cublas_{prec}_tflops", ("BF16 tensor" if prec == "bf16" else "FP32")
+    peak = ceil.get(peak_key) or ceil.get(cublas_key)
     dram = ceil.get("copy_gbps") or ceil.get("dram_peak_gbps")
     if not peak or not dram:
         raise NoData("the device table has no compute peak or DRAM bandwidth ceiling")
@@ -434,11 +444,13 @@ def roofline(
         ax.plot([ridge], [peak], marker="o", markersize=5, color="gray")
         ax.axvline(ridge, color="lightgray", linestyle=ls, linewidth=0.8, zorder=0)
     ax.axhline(peak, color="gray", linewidth=1.3)
-    ax.text(lo * 1.1, peak * 1.05, f"FP32 peak {peak:.3g} TFLOP/s", fontsize=7, color="dimgray")
-    if "cublas_fp32_tflops" in ceil and ceil["cublas_fp32_tflops"] != peak:
-        c = ceil["cublas_fp32_tflops"]
+    ax.text(
+        lo * 1.1, peak * 1.05, f"{peak_name} peak {peak:.3g} TFLOP/s", fontsize=7, color="dimgray"
+    )
+    if cublas_key in ceil and ceil[cublas_key] != peak:
+        c = ceil[cublas_key]
         ax.axhline(c, color=BASELINE_COLOR, linewidth=1, linestyle="-.")
-        ax.text(lo * 1.1, c * 0.85, f"cuBLAS FP32 {c:.3g} TFLOP/s", fontsize=7)
+        ax.text(lo * 1.1, c * 0.85, f"cuBLAS {prec.upper()} {c:.3g} TFLOP/s", fontsize=7)
     for v in order:
         sub = pts[pts["variant"] == v]
         if sub.empty:
@@ -458,7 +470,11 @@ def roofline(
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
     ax.set_xlabel("arithmetic intensity (FLOP per byte moved at that level)")
-    ax.set_ylabel("TFLOP/s (ncu counted FLOPs over ncu time)")
+    ax.set_ylabel(
+        "TFLOP/s (model FLOPs over ncu time)"
+        if prec == "bf16"
+        else "TFLOP/s (ncu counted FLOPs over ncu time)"
+    )
     ax.set_title(f"Hierarchical roofline at {size_label}")
     handles = [
         plt.Line2D([], [], marker="o", linestyle="", color=colors[v], label=v)

@@ -54,6 +54,13 @@ DEFAULT_METRICS = [
     "launch__occupancy_limit_warps",
     "launch__occupancy_limit_blocks",
 ]
+# ldmatrix bank conflicts and tensor pipe utilisation (a study asks for them in its
+# profile: metrics)
+LDSM_CONFLICTS = "sm__sass_l1tex_data_bank_conflicts_pipe_lsu_mem_shared_op_ldsm.sum"
+TENSOR_PIPE_METRICS = (
+    "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
+    "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+)
 STALL_PREFIX = "smsp__average_warps_issue_stalled_"
 STALL_SUFFIX = "_per_issue_active.ratio"
 
@@ -77,8 +84,19 @@ def ncu_version() -> str:
     return out.strip().splitlines()[-1] if out.strip() else "unknown"
 
 
-def ncu_command(entry: str, report: Path, launch_cmd: list[str], prof: dict) -> list[str]:
-    """The ncu call for one kernel launch; ``prof`` is a study's resolved profile settings."""
+# A torch variant's kernels: those launched inside this NVTX push/pop range (cli.NVTX_RANGE)
+NVTX_INCLUDE = "kernelbook_variant/"
+
+
+def ncu_command(entry: str | None, report: Path, launch_cmd: list[str], prof: dict) -> list[str]:
+    """The ncu call for one kernel launch (``entry``), or, with ``entry`` None (a torch
+    variant), for every kernel inside the launch's NVTX range; ``prof`` is a study's
+    resolved profile settings."""
+    only = (
+        ["-k", f"regex:^{entry}$", "--launch-count", "1"]
+        if entry
+        else ["--nvtx", "--nvtx-include", NVTX_INCLUDE]
+    )
     cmd = [
         ncu_exe(),
         "--clock-control",
@@ -88,10 +106,7 @@ def ncu_command(entry: str, report: Path, launch_cmd: list[str], prof: dict) -> 
         "--target-processes",
         "all",
         "--force-overwrite",
-        "-k",
-        f"regex:^{entry}$",
-        "--launch-count",
-        "1",
+        *only,
         "-o",
         str(report),
     ]
@@ -105,7 +120,7 @@ def ncu_command(entry: str, report: Path, launch_cmd: list[str], prof: dict) -> 
 
 
 def run_ncu(
-    entry: str,
+    entry: str | None,
     report: Path,
     launch_cmd: list[str],
     prof: dict,
@@ -122,7 +137,8 @@ def run_ncu(
     if proc.returncode != 0 or not rep.is_file():
         raise ProfileError(f"{where}: ncu failed (exit {proc.returncode}):\n{log[-4000:]}")
     if "==PROF== Profiling" not in log:
-        raise ProfileError(f"{where}: ncu ran but profiled no kernel named {entry}:\n{log[-2000:]}")
+        what = f"named {entry}" if entry else f"inside the NVTX range {NVTX_INCLUDE}"
+        raise ProfileError(f"{where}: ncu ran but profiled no kernel {what}:\n{log[-2000:]}")
     return log
 
 
@@ -169,7 +185,42 @@ def read_report(path: Path) -> tuple[str, list[tuple[str, float | None, str | No
     ctx = ncu_report.load_report(str(path))
     if ctx.num_ranges() == 0 or ctx.range_by_idx(0).num_actions() == 0:
         raise ProfileError(f"{path}: the report holds no profiled kernel")
-    action = ctx.range_by_idx(0).action_by_idx(0)
+    return _action_metrics(ctx.range_by_idx(0).action_by_idx(0))
+
+
+def read_report_all(path: Path) -> tuple[str, list[tuple[str, float | None, str | None]]]:
+    """Every profiled kernel of a report as one (a torch variant's several kernels): the
+    kernel names joined by '; ', counters (``.sum`` metrics) summed over the kernels, the
+    other metrics (ratios, percentages, launch settings) those of the longest kernel."""
+    ncu_report = import_ncu_report()
+    ctx = ncu_report.load_report(str(path))
+    kernels = [
+        _action_metrics(ctx.range_by_idx(r).action_by_idx(a))
+        for r in range(ctx.num_ranges())
+        for a in range(ctx.range_by_idx(r).num_actions())
+    ]
+    if not kernels:
+        raise ProfileError(f"{path}: the report holds no profiled kernel")
+    return combine_kernels(kernels)
+
+
+def combine_kernels(kernels):
+    """(name, metrics) of several kernels as one: see read_report_all."""
+
+    def duration(k):
+        return next((v for n, v, _ in k[1] if n == "gpu__time_duration.sum" and v), 0.0)
+
+    longest = max(kernels, key=duration)
+    out: dict[str, tuple[float | None, str | None]] = {n: (v, u) for n, v, u in longest[1]}
+    for name in out:
+        if name.endswith(".sum"):
+            values = [v for _, m in kernels for n, v, _ in m if n == name and v is not None]
+            out[name] = (sum(values) if values else None, out[name][1])
+    names = "; ".join(dict.fromkeys(k[0] for k in kernels))
+    return names, [(n, v, u) for n, (v, u) in sorted(out.items())]
+
+
+def _action_metrics(action) -> tuple[str, list[tuple[str, float | None, str | None]]]:
     rows = []
     for name in sorted(action.metric_names()):
         metric = action.metric_by_name(name)
@@ -256,9 +307,21 @@ def profile_variant(
             continue
         report = report_dir / label
         launch = launch_command(project, study, variant, label, cubin)
+        # a torch variant, or one of several kernels (then:): every kernel of the launch's
+        # NVTX range, summed as one; otherwise the one kernel named by the entry
+        by_range = variant.kind == "torch" or bool(variant.then)
         try:
-            run_ncu(variant.entry, report, launch, study.profile, where, env, timeout)
-            kernel, metrics = read_report(Path(str(report) + ".ncu-rep"))
+            run_ncu(
+                None if by_range else variant.entry,
+                report,
+                launch,
+                study.profile,
+                where,
+                env,
+                timeout,
+            )
+            read = read_report_all if by_range else read_report
+            kernel, metrics = read(Path(str(report) + ".ncu-rep"))
         except ToolTimeout as e:
             marker(s, label, "failed", "hang", str(e))
             continue
@@ -307,20 +370,29 @@ def _div(a: float, b: float) -> float | None:
     return a / b if b and not math.isnan(a) and not math.isnan(b) else None
 
 
-def ceilings(device: pd.DataFrame) -> dict[str, float]:
+# the device table's compute peak per roofline kind (Problem.peak)
+PEAK_KEYS = {"fp32": "fp32_peak_tflops", "bf16_tensor": "bf16_tensor_peak_tflops"}
+
+
+def ceilings(device: pd.DataFrame, peak: str = "fp32") -> dict[str, float]:
+    """Bandwidth ceilings and the compute peak of this kind (as ``compute_peak_tflops``)."""
     q = device.set_index("quantity")["value"]
-    return {
+    out = {
         k: float(q[k])
         for k in ("copy_gbps", "l2_gbps", "l1_gbps", "fp32_peak_tflops", "cublas_fp32_tflops")
         if k in q.index
     }
+    if PEAK_KEYS[peak] in q.index:
+        out["compute_peak_tflops"] = float(q[PEAK_KEYS[peak]])
+    return out
 
 
 def bound(ai: dict[str, float | None], ceil: dict[str, float]) -> str | None:
     """The ceiling that limits attainable FLOP/s at these intensities (lowest roof)."""
     roofs = {}
-    if "fp32_peak_tflops" in ceil:
-        roofs["compute"] = ceil["fp32_peak_tflops"] * 1e3  # GFLOP/s
+    peak = ceil.get("compute_peak_tflops", ceil.get("fp32_peak_tflops"))
+    if peak:
+        roofs["compute"] = peak * 1e3  # GFLOP/s
     for level, key in (("dram", "copy_gbps"), ("l2", "l2_gbps"), ("l1", "l1_gbps")):
         if key in ceil and ai.get(level):
             roofs[level] = ceil[key] * ai[level]
@@ -333,9 +405,16 @@ def roofline(
     device: pd.DataFrame | None,
     size_names: tuple[str, ...],
     flop_expected,
+    tensor_flops: bool = False,
 ) -> pd.DataFrame:
-    """One row per (variant, size) of the profile table: work, traffic, intensities, bounds."""
-    ceil = ceilings(device) if device is not None else {}
+    """One row per (variant, size) of the profile table: work, traffic, intensities, bounds.
+
+    ``tensor_flops``: the work may be done on tensor cores, which ncu's per-instruction FLOP
+    counters do not see; the FLOPs are then the larger of what they count (a SIMT kernel's
+    FFMAs) and the model's (``flop_expected``).
+    """
+    kind = "bf16_tensor" if tensor_flops else "fp32"
+    ceil = ceilings(device, kind) if device is not None else {}
     out = []
     profile = profiled(profile)
     for (study, variant, size), grp in profile.groupby(["study", "variant", "size"], sort=False):
@@ -343,6 +422,8 @@ def roofline(
         first = grp.iloc[0]
         sizes = {n: int(first[n]) for n in size_names}
         flop = sum(_metric(wide, m) * w for m, w in FLOP_METRICS.items() if m in wide.index)
+        if tensor_flops:  # a SIMT step's FFMAs are counted, a tensor step's MMAs are not
+            flop = max(flop, float(flop_expected(sizes)))
         dram = _metric(wide, "dram__bytes_read.sum") + _metric(wide, "dram__bytes_write.sum")
         l2, l1 = _metric(wide, "lts__t_bytes.sum"), _metric(wide, "l1tex__t_bytes.sum")
         t_ms = _metric(wide, "gpu__time_duration.sum") / 1e6
@@ -356,6 +437,12 @@ def roofline(
             and m[len(STALL_PREFIX) : -len(STALL_SUFFIX)] != "selected"
         }
         top = max(stalls, key=stalls.get) if stalls else None
+        pipes = [_metric(wide, m) for m in TENSOR_PIPE_METRICS if m in wide.index]
+        pipes = [p for p in pipes if not pd.isna(p)]
+        hmma = _metric(wide, "sm__inst_executed_pipe_tensor_op_hmma.sum")
+        hgmma = _metric(wide, "sm__inst_executed_pipe_tensor_op_gmma.sum")
+        tensor = any(x > 0 for x in (hmma, hgmma) if not math.isnan(x))
+        hmma, hgmma = (None if math.isnan(x) else x for x in (hmma, hgmma))
         event = None
         if measurements is not None and len(measurements):
             hit = measurements[
@@ -411,6 +498,10 @@ def roofline(
                     _metric(wide, "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum"),
                     _metric(wide, "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum"),
                 ),
+                "smem_bank_conflicts_ldsm": _metric(wide, LDSM_CONFLICTS),
+                "tensor_pipe_pct": max(pipes) if pipes else None,
+                "hmma_inst": hmma if tensor else None,
+                "hgmma_inst": hgmma if tensor else None,
                 "top_stall": top,
                 "top_stall_ratio": stalls.get(top) if top else None,
                 # no FLOPs (a copy, a transpose): no FLOP roofline to be bound by

@@ -51,8 +51,12 @@ ROOFLINE_METRICS = {
     "memory_throughput_pct": "memory throughput %",
     "achieved_occupancy_pct": "occupancy %",
     "registers_per_thread": "registers",
+    "tensor_pipe_pct": "tensor pipe %",
+    "hmma_inst": "HMMA inst",
+    "hgmma_inst": "HGMMA inst",
     "smem_bank_conflicts_ld": "smem ld conflicts",
     "smem_bank_conflicts_st": "smem st conflicts",
+    "smem_bank_conflicts_ldsm": "ldmatrix conflicts",
     "global_ld_sectors_per_request": "ld sectors/request",
     "global_st_sectors_per_request": "st sectors/request",
     "top_stall_ratio": "top stall ratio",
@@ -70,8 +74,12 @@ HEATMAP_METRICS = (
     "memory_throughput_pct",
     "achieved_occupancy_pct",
     "registers_per_thread",
+    "tensor_pipe_pct",
+    "hmma_inst",
+    "hgmma_inst",
     "smem_bank_conflicts_ld",
     "smem_bank_conflicts_st",
+    "smem_bank_conflicts_ldsm",
     "global_ld_sectors_per_request",
     "global_st_sectors_per_request",
     "top_stall_ratio",
@@ -177,6 +185,9 @@ def study_meta(study, root: str | Path) -> dict:
         "size_names": list(problem.size_names),
         "sizes": [problem.label(s) for s in study.sizes],
         "headline": problem.label(study.headline) if study.headline else None,
+        "second_headline": (
+            problem.label(study.second_headline) if study.second_headline else None
+        ),
         "references": [dict(r) for r in study.references],
         "variants": variants,
     }
@@ -458,6 +469,14 @@ def _extra_baselines_lines(head: pd.DataFrame, best: str, fom: str, unit: str) -
         if r.get(f"{n}_{fom}") is not None
     ]
     return [f"**Also timed beside it:** {'; '.join(parts)}.", ""] if parts else []
+
+
+def _peak_kind(data: StudyData) -> str:
+    """The roofline's compute roof for this study's problem ("fp32" or "bf16_tensor")."""
+    try:
+        return problems.get(data.meta.get("problem", "")).peak
+    except KeyError:
+        return "fp32"
 
 
 def baseline_label(data: StudyData) -> str:
@@ -896,6 +915,22 @@ def make_figures(
             references=data.meta.get("references", []),
         ),
     )
+    second = data.meta.get("second_headline")
+    if second:
+        rows = main[main["size"] == second].drop_duplicates("variant", keep="last")
+        name = f"ladder_{second}"
+        attempt(
+            name,
+            f"% of {base} per variant at {second}",
+            lambda: figures.ladder(
+                rows.set_index("variant", drop=False),
+                order,
+                outdir,
+                size_label=second,
+                baseline_label=base,
+                name=name,
+            ),
+        )
     attempt(
         "sweep",
         "throughput against problem size",
@@ -928,6 +963,7 @@ def make_figures(
             outdir,
             ceil=figures.ceilings(data.table("device")),
             size_label=s,
+            peak_kind=_peak_kind(data),
         )
 
     attempt("roofline", "Hierarchical roofline", roof)
@@ -1213,6 +1249,15 @@ def _variant_section(data, v, prev, head, base, unit, fom) -> list[str]:
             else:
                 parts.append(f"{fmt(p)} {label}, measured {fmt(got)} ({fmt(got / p, 3)}x)")
         L += ["**Prediction.** " + "; ".join(parts) + ".", ""]
+    if r is not None and _float(r.get("predicted_ms")) is not None:
+        # the three-term model (kernelbook.regimes), from the device table
+        got = _float(r.get("median_ms"))
+        L += [
+            f"**Model at {size}.** {fmt(r['predicted_ms'])} ms, {r.get('predicted_bound')}-bound"
+            + (f"; measured {fmt(got)} ms ({fmt(got / r['predicted_ms'], 3)}x)" if got else "")
+            + ".",
+            "",
+        ]
     if r is None:
         L += [f"**Measurement.** Not measured at {size}.", ""]
     elif r["status"] != "ok":

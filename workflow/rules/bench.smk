@@ -86,7 +86,7 @@ rule bench_tuned_sweep:
 
 rule measurements:
     input:
-        bench_files,
+        unpack(measurement_inputs),
     output:
         f"{R}/{{gpu}}/{{study}}/measurements.parquet",
     log:
@@ -97,8 +97,10 @@ rule measurements:
         "../envs/kernelbook.yaml"
     params:
         py=PY,
+        predict=predict_arg,
     shell:
-        "{params.py} -m kernelbook gather measurements {output} {input} > {log} 2>&1"
+        "{params.py} -m kernelbook gather measurements {output} {input.bench} {params.predict} "
+        "> {log} 2>&1"
 
 
 rule device:

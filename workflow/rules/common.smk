@@ -122,6 +122,25 @@ def bench_files(wildcards):
     return out
 
 
+# Problems whose measurements carry the three-term prediction (kernelbook.regimes): their
+# measurements table is gathered with the device table and study.json.
+PREDICTED_PROBLEMS = ("regimes",)
+
+
+def measurement_inputs(wildcards):
+    named = {"bench": bench_files(wildcards)}
+    if study_of(wildcards).problem in PREDICTED_PROBLEMS:
+        named["device"] = f"{R}/{wildcards.gpu}/device.parquet"
+        named["meta"] = f"{R}/build/{wildcards.study}/study.json"
+    return named
+
+
+def predict_arg(wildcards, input):
+    if "device" not in input.keys():
+        return ""
+    return f"--device {shlex.quote(input.device)} --meta {shlex.quote(input.meta)}"
+
+
 def samples_files(wildcards):
     """Raw samples of every bench job of a study: variants, candidates, tuned sweeps."""
     study = study_of(wildcards)

@@ -10,10 +10,14 @@ from __future__ import annotations
 from kernelbook.problems.attention import Attention
 from kernelbook.problems.base import Problem
 from kernelbook.problems.gemm import Gemm
+from kernelbook.problems.hgemm import Hgemm
+from kernelbook.problems.regimes import Regimes
 from kernelbook.problems.softmax import Softmax
 from kernelbook.problems.transpose import Transpose
 
-_REGISTRY: dict[str, Problem] = {p.name: p for p in (Gemm(), Transpose(), Softmax(), Attention())}
+_REGISTRY: dict[str, Problem] = {
+    p.name: p for p in (Gemm(), Hgemm(), Transpose(), Softmax(), Regimes(), Attention())
+}
 
 
 def get(name: str) -> Problem:

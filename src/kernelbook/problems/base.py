@@ -114,6 +114,11 @@ class Problem:
     # setup(..., computes=name) then builds that function's reference
     alternatives: dict[str, str] = {}
     figure_of_merit = "tflops"  # or "gbps"
+    # the compute roof of the roofline: "fp32" (the FP32 peak, cuBLAS FP32) or "bf16_tensor"
+    # (the dense BF16 tensor peak, cuBLAS BF16). With "bf16_tensor", the FLOPs of a profile
+    # are the larger of the model's (flops()) and what ncu counts in FP instructions: ncu's
+    # per-instruction FLOP counters do not see tensor-core (HMMA/HGMMA) work.
+    peak = "fp32"
     elem_factor = 50.0  # max element error may be this many times the tolerance
 
     # ---- cost model (no GPU) ------------------------------------------------------
@@ -125,6 +130,13 @@ class Problem:
 
     def tolerance(self, sizes: dict[str, int], dtype: str) -> float:
         raise NotImplementedError
+
+    def cost(
+        self, sizes: dict[str, int], dtype: str, computes: str | None = None, params=None
+    ) -> tuple[float, float]:
+        """(FLOP, minimal bytes) of one launch of the function ``computes`` names (None: the
+        problem's own); a problem whose alternatives cost differently overrides this."""
+        return self.flops(sizes), self.min_bytes(sizes, dtype)
 
     def label(self, sizes: dict[str, int]) -> str:
         return "x".join(str(sizes[n]) for n in self.size_names)
@@ -155,6 +167,14 @@ class Problem:
         return {n: sizes[n] for n in self.size_names}
 
     # ---- device side ---------------------------------------------------------------
+    def kernel_arg_types(self, dtype: str) -> tuple[str, ...]:
+        """The kernel argument list (``Case.args``) as Triton types (``i32``, ``fp32``,
+        ``*fp32``, ``*bf16``...), for compiling a Triton variant ahead of time."""
+        raise NotImplementedError(
+            f"problem '{self.name}' does not describe its kernel arguments for Triton "
+            "(Problem.kernel_arg_types)"
+        )
+
     def setup(
         self,
         sizes,

@@ -43,6 +43,9 @@ class Gemm(Problem):
         # over what a sequential FMA loop gives on normal inputs.
         return 1e-5 * math.sqrt(max(s["K"], 1024) / 1024)
 
+    def kernel_arg_types(self, dtype: str) -> tuple[str, ...]:
+        return ("i32", "i32", "i32", "fp32", "*fp32", "*fp32", "fp32", "*fp32")
+
     def setup(
         self, sizes, dtype, params, seed, guard=GUARD_ELEMENTS, reference=True, computes=None
     ) -> Case:

@@ -98,6 +98,10 @@ class Softmax(Problem):
         return 1e-5 * math.sqrt(max(s["N"], 1024) / 1024)
 
     # ---- device side -----------------------------------------------------------------
+    def kernel_arg_types(self, dtype: str) -> tuple[str, ...]:
+        t = {"float32": "*fp32", "bfloat16": "*bf16"}[dtype]
+        return ("i32", "i32", t, t)
+
     def setup(
         self, sizes, dtype, params, seed, guard=GUARD_ELEMENTS, reference=True, computes=None
     ) -> Case:

@@ -53,6 +53,9 @@ class Transpose(Problem):
         return 0.0  # bit-exact (see the module docstring)
 
     # ---- device side -----------------------------------------------------------------
+    def kernel_arg_types(self, dtype: str) -> tuple[str, ...]:
+        return ("i32", "i32", "*fp32", "*fp32")
+
     def setup(
         self, sizes, dtype, params, seed, guard=GUARD_ELEMENTS, reference=True, computes=None
     ) -> Case:
