@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
 
 import numpy as np
 import pytest
@@ -67,6 +68,29 @@ def test_baseline_list_rejects_unknown_names(tmp_path, study):
     bad = tmp_path / "attention.yaml"
     bad.write_text(text.replace("[sdpa_flash, sdpa_cudnn]", "[sdpa_flash, sdpa_math]"))
     with pytest.raises(ConfigError, match=r"baseline: .* not 'sdpa_math'"):
+        config.load_study(bad, project.settings, REPO_ROOT)
+
+
+def test_several_kernels_only_for_cuda_c_through_cupy(tmp_path, study):
+    """then: and workspace: are launched by the CuPy path: a triton variant, or one launched
+    with clusters or tensor maps, that declares them is refused by name at load time."""
+    _, project = study
+    sgemm = (REPO_ROOT / "config/studies/sgemm.yaml").read_text()
+    bad = tmp_path / "sgemm.yaml"
+    old = "    entry: sgemm_triton\n"
+    assert old in sgemm
+    bad.write_text(sgemm.replace(old, old + '    workspace: "4 * M"\n'))
+    with pytest.raises(
+        ConfigError, match=r"14_triton.*workspace are for CUDA C .* not kind triton"
+    ):
+        config.load_study(bad, project.settings, REPO_ROOT)
+    hgemm = (REPO_ROOT / "config/studies/hgemm.yaml").read_text()
+    old = "    entry: hgemm_cluster_multicast\n"
+    assert old in hgemm
+    bad = tmp_path / "hgemm.yaml"
+    then = "    then: [{entry: hgemm_cluster_multicast, grid: [1], block: [1]}]\n"
+    bad.write_text(hgemm.replace(old, old + then))
+    with pytest.raises(ConfigError, match=r"09_cluster_multicast.*then are .* not cluster/tma"):
         config.load_study(bad, project.settings, REPO_ROOT)
 
 
@@ -192,6 +216,15 @@ def test_kernels_compile_without_spills(study, tmp_path):
             return sum(n for op, n in res.sass.items() if op.split(".")[0] == prefix)
 
         assert r.spill_store_bytes == 0 and r.spill_load_bytes == 0 and r.stack_bytes == 0, v.id
+        if v.then:  # the histogram counts every kernel of the variant, not only the first
+            dump = subprocess.run(
+                [build.tool("cuobjdump"), "-sass", str(tmp_path / f"{v.id}.cubin")],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            first = build.parse_sass(dump.stdout)[v.entry]
+            assert sum(res.sass.values()) > sum(first.values()), v.id
         if v.id.startswith(("04", "05", "06")):
             assert count("HMMA") > 0 and count("LDSM") > 0, v.id
         if v.id.startswith(("05", "06")):
