@@ -141,6 +141,9 @@ def _load(path: Path):
         ({"cluster": ["cdiv(CLUSTER_M, 1"]}, "quote each one"),
         ({"arch": "sm_80"}, "needs sm_90 or later"),
         ({"arch": "90a"}, "does not match"),
+        ({"requires": ["SM_COUNT >= 100"]}, "unknown name(s) SM_COUNT"),
+        ({"block": ["SM_COUNT"]}, "unknown name(s) SM_COUNT"),
+        ({"defines": {"CLUSTER_M": 2, "SM_COUNT": 114}}, "SM_COUNT is the device's SM count"),
     ],
 )
 def test_cluster_and_tma_errors_name_the_variant(tmp_path, changes, message):
@@ -150,6 +153,20 @@ def test_cluster_and_tma_errors_name_the_variant(tmp_path, changes, message):
     text = str(e.value)
     assert "09_cluster_multicast" in text and "hgemm.yaml" in text, text
     assert message in text, text
+
+
+@pytest.mark.parametrize("vid", ["08_persistent", "09_cluster_multicast"])
+def test_persistent_grids_follow_the_device_s_sm_count(vid):
+    """One block per SM of the GPU the job runs on (its SM_COUNT), whole clusters; without a
+    device the nominal 132. Small problems get one block per tile, whatever the SM count."""
+    v = HGEMM.variant(vid)
+    big, small = {"M": 8192, "N": 8192, "K": 512}, {"M": 512, "N": 512, "K": 512}
+    assert v.launch(big).grid[0] == v.launch(big, sm_count=cfg.NOMINAL_SM_COUNT).grid[0] == 132
+    assert v.launch(big, sm_count=114).grid[0] == 114  # an H100 PCIe
+    assert v.launch(big, sm_count=115).grid[0] == (115 if v.cluster == () else 114)
+    tiles = (512 // 128) * (512 // v.defines["BN"])
+    assert v.launch(small, sm_count=114).grid[0] == tiles
+    assert v.launch(small, sm_count=4).grid[0] == 4  # fewer SMs than tiles: one block each
 
 
 def test_spec_includes_arch_cluster_and_tma(tmp_path):

@@ -1,12 +1,13 @@
 // 08 A persistent kernel with a tile scheduler (grouped raster order).
 //
-// What changed (after 07): the grid is one block per SM (SMS, 132 on the H200), and each
-// block walks the output tiles tile = blockIdx.x, blockIdx.x + gridDim.x, ... The producer
-// and the consumers walk the same sequence with one running K-tile counter, so the ring of
-// stages and its mbarrier phases carry over from one tile to the next: the producer loads
-// the next tile's first stages while the consumers still run the last tile's epilogue.
-// Tiles are visited in grouped raster order: GROUP_M tile rows at a time, column by column
-// within the group, so the blocks running at once share A rows and B columns in L2.
+// What changed (after 07): the grid is one block per SM (the grid's SM_COUNT, the device's
+// SM count: 132 on the H200), and each block walks the output tiles tile = blockIdx.x,
+// blockIdx.x + gridDim.x, ... The producer and the consumers walk the same sequence with one
+// running K-tile counter, so the ring of stages and its mbarrier phases carry over from one
+// tile to the next: the producer loads the next tile's first stages while the consumers
+// still run the last tile's epilogue. Tiles are visited in grouped raster order: GROUP_M
+// tile rows at a time, column by column within the group, so the blocks running at once
+// share A rows and B columns in L2.
 //
 // Why it should help: 07 launches cdiv(M,128) * cdiv(N,256) blocks (512 at 4096^2, 3.9
 // waves of 132): every block pays a prologue (barrier init, pipeline fill) and an epilogue

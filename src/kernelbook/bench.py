@@ -147,7 +147,8 @@ def kernel_launcher(kernel: Kernel, study: Study, variant: Variant, sizes, case)
                 "not a zero-argument callable"
             )
         return run, None
-    launch = variant.launch(sizes)
+    sms = device_sm_count()
+    launch = variant.launch(sizes, sm_count=sms)
     if kernel.kind == "cuda_ex":
         import cupy as cp
 
@@ -170,7 +171,7 @@ def kernel_launcher(kernel: Kernel, study: Study, variant: Variant, sizes, case)
         launch = Launch(launch.grid, launch.block, kernel.smem)
         args = (*args, *([np.uint64(0)] * TRITON_HIDDEN_PARAMS))
     # a variant of several kernels (then:) launches them in order, each with its geometry
-    launches = [launch, *variant.launches(sizes)[1:]] if kernel.then else [launch]
+    launches = [launch, *variant.launches(sizes, sm_count=sms)[1:]] if kernel.then else [launch]
     pairs = list(zip((kernel.fn, *kernel.then), launches, strict=True))
     for fn, one in pairs:
         if one.smem > 48 * 1024:
@@ -200,6 +201,13 @@ def kernel_launcher(kernel: Kernel, study: Study, variant: Variant, sizes, case)
 
     run.workspace = workspace  # alive as long as the launcher
     return run, launch
+
+
+def device_sm_count() -> int:
+    """The current device's SM count: a grid's SM_COUNT (config.SM_COUNT)."""
+    import cupy as cp
+
+    return int(cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["multiProcessorCount"])
 
 
 def allow_dynamic_smem(kernel, nbytes: int) -> None:

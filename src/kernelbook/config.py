@@ -227,6 +227,12 @@ def _size_text(sizes: dict[str, int]) -> str:
     return "size " + ", ".join(f"{k}={v}" for k, v in sizes.items())
 
 
+# The device's SM count, a name only grid expressions may use; NOMINAL_SM_COUNT (the
+# H100/H200 SXM's) stands in where no device is at hand (config checks, CPU tests).
+SM_COUNT = "SM_COUNT"
+NOMINAL_SM_COUNT = 132
+
+
 @dataclass(frozen=True)
 class Variant:
     study: str
@@ -256,15 +262,17 @@ class Variant:
     def entries(self) -> tuple[str, ...]:
         return (self.entry, *(t["entry"] for t in self.then))
 
-    def launches(self, sizes: dict[str, int], smem_limit: int | None = None) -> list[Launch]:
+    def launches(
+        self, sizes: dict[str, int], smem_limit: int | None = None, sm_count: int | None = None
+    ) -> list[Launch]:
         """One launch per entry (``entries``), in order."""
-        out = [self.launch(sizes, smem_limit)]
+        out = [self.launch(sizes, smem_limit, sm_count)]
         for t in self.then:
             more = dataclasses.replace(
                 self, entry=t["entry"], grid=tuple(t["grid"]), block=tuple(t["block"]),
                 smem=t.get("smem", 0), then=(),
             )  # fmt: skip
-            out.append(more.launch(sizes, smem_limit))
+            out.append(more.launch(sizes, smem_limit, sm_count))
         return out
 
     def workspace_bytes(self, sizes: dict[str, int]) -> int:
@@ -297,11 +305,18 @@ class Variant:
         except expr.ExprError as e:
             raise ConfigError(f"{self.study}/{self.id}: requires at {sizes}: {e}") from None
 
-    def launch(self, sizes: dict[str, int], smem_limit: int | None = None) -> Launch:
-        """The launch at these sizes; a geometry CUDA would refuse raises ConfigError."""
+    def launch(
+        self, sizes: dict[str, int], smem_limit: int | None = None, sm_count: int | None = None
+    ) -> Launch:
+        """The launch at these sizes; a geometry CUDA would refuse raises ConfigError.
+
+        ``sm_count``: the device's SM count, the grid's ``SM_COUNT`` (a persistent kernel's
+        one block per SM); without a device (config checks, CPU tests) the nominal
+        NOMINAL_SM_COUNT. The measured rows record the grid the device got."""
         env = self.env(sizes)
+        grid_env = {**env, SM_COUNT: int(sm_count or NOMINAL_SM_COUNT)}
         try:
-            grid = [expr.evaluate_int(g, env) for g in self.grid]
+            grid = [expr.evaluate_int(g, grid_env) for g in self.grid]
             block = [expr.evaluate_int(b, env) for b in self.block]
             smem = expr.evaluate_int(self.smem, env)
             cluster = [expr.evaluate_int(c, env) for c in self.cluster] or [1]
@@ -758,6 +773,11 @@ def _variant(study, vraw, settings, root, problem, params, sizes, where):
     clash = set(raw_defines) & set(problem.size_names)
     if clash:
         raise ConfigError(f"{where}: defines {', '.join(sorted(clash))} clash with size names")
+    taken = (set(raw_defines) | set((vraw.get("tune") or {}).get("space", {}))) & {SM_COUNT}
+    if taken:
+        raise ConfigError(
+            f"{where}: {SM_COUNT} is the device's SM count (grid expressions only), not a define"
+        )
     if vraw.get("computes") and vraw["computes"] not in problem.alternatives:
         offered = ", ".join(problem.alternatives) or "none"
         raise ConfigError(
@@ -767,13 +787,14 @@ def _variant(study, vraw, settings, root, problem, params, sizes, where):
     tune = vraw.get("tune")
     space = tune["space"] if tune else {}
     allowed = set(raw_defines) | set(space) | set(problem.size_names)
-    _check_exprs(vraw["grid"], allowed, where, "grid")
+    # only a grid may depend on the device (a persistent kernel's one block per SM)
+    _check_exprs(vraw["grid"], allowed | {SM_COUNT}, where, "grid")
     _check_exprs(vraw["block"], allowed, where, "block")
     _check_exprs([vraw.get("smem", 0)], allowed, where, "smem")
     _check_exprs(vraw.get("requires", []), allowed, where, "requires")
     _check_exprs([vraw.get("workspace", 0)], allowed, where, "workspace")
     for i, t in enumerate(vraw.get("then", [])):
-        _check_exprs(t["grid"], allowed, where, f"then[{i}].grid")
+        _check_exprs(t["grid"], allowed | {SM_COUNT}, where, f"then[{i}].grid")
         _check_exprs(t["block"], allowed, where, f"then[{i}].block")
         _check_exprs([t.get("smem", 0)], allowed, where, f"then[{i}].smem")
     _check_exprs(vraw.get("cluster", []), allowed, where, "cluster")
