@@ -102,6 +102,26 @@ _SASS_FUNC = re.compile(r"^\s*Function : (\S+)")
 _SASS_INSN = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)")
 
 
+def sass_of(cubin: Path, timeout: float, where: str) -> dict[str, Counter]:
+    """cuobjdump -sass of a freshly built ``cubin``: opcode counts per function. On failure
+    the cubin is removed (it is a temporary file, never a result) and CompileError raised."""
+    try:
+        dump = run_tool(
+            [tool("cuobjdump"), "-sass", str(cubin)],
+            timeout=timeout,
+            what=where,
+            setting="timeouts.nvcc_s",
+            env=tool_env(),
+        )
+    except ToolTimeout as e:
+        cubin.unlink(missing_ok=True)
+        raise CompileError(str(e)) from None
+    if dump.returncode != 0:
+        cubin.unlink(missing_ok=True)
+        raise CompileError(f"{where}: cuobjdump -sass failed: {dump.stderr.strip()}")
+    return parse_sass(dump.stdout)
+
+
 def parse_sass(text: str) -> dict[str, Counter]:
     """cuobjdump -sass output into opcode counts per function (full mnemonics: LDS.128)."""
     out: dict[str, Counter] = {}
@@ -302,25 +322,9 @@ def compile_variant(
             f"{variant.study}/{variant.id}: entry '{missing[0]}' is not a kernel in "
             f'{variant.source} (kernels found: {found}; is it extern "C" __global__?)'
         )
-    try:
-        dump = run_tool(
-            [tool("cuobjdump"), "-sass", str(tmp)],
-            timeout=timeout,
-            what=where,
-            setting="timeouts.nvcc_s",
-            env=tool_env(),
-        )
-    except ToolTimeout as e:
-        tmp.unlink(missing_ok=True)
-        raise CompileError(str(e)) from None
-    if dump.returncode != 0:
-        tmp.unlink(missing_ok=True)
-        raise CompileError(
-            f"{variant.study}/{variant.id}: cuobjdump -sass failed: {dump.stderr.strip()}"
-        )
     # a variant of several kernels (then:): the build row's resources are its first
     # kernel's, its SASS histogram counts every kernel's instructions
-    per_kernel = parse_sass(dump.stdout)
+    per_kernel = sass_of(tmp, timeout, where)
     sass = sum((per_kernel.get(e, Counter()) for e in variant.entries), Counter())
     os.replace(tmp, cubin)
     return BuildResult(resources[variant.entry], sass, log, cmd, nvcc_version())

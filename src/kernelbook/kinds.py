@@ -26,9 +26,8 @@ from types import ModuleType
 from typing import Any
 
 from kernelbook import problems
-from kernelbook.build import BuildResult, CompileError, parse_ptxas, parse_sass, tool, tool_env
+from kernelbook.build import BuildResult, CompileError, parse_ptxas, sass_of
 from kernelbook.config import Variant
-from kernelbook.procs import ToolTimeout, run_tool
 
 TRITON_LAUNCH = ("NUM_WARPS", "NUM_STAGES")
 
@@ -168,21 +167,7 @@ def compile_triton(
     cubin.parent.mkdir(parents=True, exist_ok=True)
     tmp = cubin.with_name(cubin.name + ".tmp")
     tmp.write_bytes(kernel.asm["cubin"])
-    try:
-        dump = run_tool(
-            [tool("cuobjdump"), "-sass", str(tmp)],
-            timeout=timeout,
-            what=where,
-            setting="timeouts.nvcc_s",
-            env=tool_env(),
-        )
-    except ToolTimeout as e:
-        tmp.unlink(missing_ok=True)
-        raise CompileError(str(e)) from None
-    if dump.returncode != 0:
-        tmp.unlink(missing_ok=True)
-        raise CompileError(f"{where}: cuobjdump -sass failed: {dump.stderr.strip()}")
-    sass = parse_sass(dump.stdout).get(name, Counter())
+    sass = sass_of(tmp, timeout, where).get(name, Counter())
     tmp.replace(cubin)
     return TritonBuild(
         resources[name],

@@ -39,7 +39,6 @@ softmax's exps are not counted).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 from kernelbook.problems.base import (
@@ -51,7 +50,7 @@ from kernelbook.problems.base import (
     Problem,
     size_seed,
 )
-from kernelbook.problems.softmax import BF16_NAN, _Decoded, bf16_bits, bf16_values
+from kernelbook.problems.softmax import BF16_NAN, bf16_bits, bf16_values, decoded_bf16
 
 REF_CHUNK_BYTES = 256 << 20  # float64 scores held at once by the reference
 
@@ -182,11 +181,7 @@ class Attention(Problem):
         return case
 
     def check(self, case: Case, tol: float, where: str) -> CheckResult:
-        import cupy as cp
-
-        decoded = dict(case.outputs)
-        decoded["O"] = _Decoded(cp, case.outputs["O"])
-        return super().check(dataclasses.replace(case, outputs=decoded), tol, where)
+        return super().check(decoded_bf16(case, ("O",)), tol, where)  # L is float32
 
     def baseline(self, case: Case, name: str, params) -> Baseline:
         import cupy as cp

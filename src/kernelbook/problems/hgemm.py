@@ -27,8 +27,6 @@ kernel that drops a K block (error ~ sqrt(BK / K) >= 6e-2 at K = 16384 with BK =
 
 from __future__ import annotations
 
-import dataclasses
-
 from kernelbook.problems.base import (
     GUARD_ELEMENTS,
     Baseline,
@@ -38,7 +36,7 @@ from kernelbook.problems.base import (
     Problem,
     size_seed,
 )
-from kernelbook.problems.softmax import BF16_NAN, _Decoded, bf16_bits, bf16_values
+from kernelbook.problems.softmax import BF16_NAN, bf16_bits, bf16_values, decoded_bf16
 
 TOLERANCE = 1e-2
 
@@ -103,10 +101,7 @@ class Hgemm(Problem):
         return case
 
     def check(self, case: Case, tol: float, where: str) -> CheckResult:
-        import cupy as cp
-
-        decoded = {name: _Decoded(cp, g) for name, g in case.outputs.items()}
-        return super().check(dataclasses.replace(case, outputs=decoded), tol, where)
+        return super().check(decoded_bf16(case), tol, where)
 
     def baseline(self, case: Case, name: str, params) -> Baseline:
         import cupy as cp

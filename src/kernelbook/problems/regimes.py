@@ -52,7 +52,7 @@ from kernelbook.problems.base import (
     Problem,
     size_seed,
 )
-from kernelbook.problems.softmax import BF16_NAN, _Decoded, bf16_bits, bf16_values
+from kernelbook.problems.softmax import BF16_NAN, bf16_bits, bf16_values, decoded_bf16
 
 OPS = ("scale", "chain", "sum", "matmul", "layernorm")
 ITEMSIZE = 2  # bfloat16
@@ -207,10 +207,7 @@ class Regimes(Problem):
         return case
 
     def check(self, case: Case, tol: float, where: str) -> CheckResult:
-        import cupy as cp
-
-        decoded = {name: _Decoded(cp, g) for name, g in case.outputs.items()}
-        return super().check(dataclasses.replace(case, outputs=decoded), tol, where)
+        return super().check(decoded_bf16(case), tol, where)
 
     def baseline(self, case: Case, name: str, params) -> Baseline:
         import cupy as cp

@@ -69,6 +69,17 @@ class _Decoded:
         return self._g.violations()
 
 
+def decoded_bf16(case: Case, names=None) -> Case:
+    """``case`` with its bf16 outputs (all, or those ``names``) seen as float32 values, for
+    the generic check (Problem.check)."""
+    import cupy as cp
+
+    outputs = {
+        n: _Decoded(cp, g) if names is None or n in names else g for n, g in case.outputs.items()
+    }
+    return dataclasses.replace(case, outputs=outputs)
+
+
 class Softmax(Problem):
     name = "softmax"
     size_names = ("R", "N")
@@ -153,10 +164,7 @@ class Softmax(Problem):
     def check(self, case: Case, tol: float, where: str) -> CheckResult:
         if case.dtype != "bfloat16":
             return super().check(case, tol, where)
-        import cupy as cp
-
-        decoded = {name: _Decoded(cp, g) for name, g in case.outputs.items()}
-        return super().check(dataclasses.replace(case, outputs=decoded), tol, where)
+        return super().check(decoded_bf16(case), tol, where)
 
     def baseline(self, case: Case, name: str, params) -> Baseline:
         import cupy as cp
