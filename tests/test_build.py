@@ -431,3 +431,45 @@ def test_tools():
     assert build.gencode("sm_90a") == ["-gencode=arch=compute_90a,code=sm_90a"]
     assert build.define_flags({"BM": 128, "X": 1.5}) == ["-DBM=128", "-DX=1.5"]
     assert re.fullmatch(r"\d+\.\d+\.\d+", build.nvcc_version())
+
+
+def test_source_hash_covers_quoted_includes(tmp_path):
+    """source_sha256 is the file's own hash where it includes nothing (every published
+    kernel), and otherwise covers the headers it includes with quotes, transitively."""
+    (tmp_path / "inner.cuh").write_text("#define INNER 1\n")
+    (tmp_path / "outer.cuh").write_text('#include "inner.cuh"\n#define OUTER 2\n')
+    src = tmp_path / "k.cu"
+    src.write_text('#include "outer.cuh"\n#include <cuda_bf16.h>\n#include "absent.cuh"\n')
+    plain = tmp_path / "plain.cu"
+    plain.write_text('extern "C" __global__ void k() {}\n')
+    assert build.quoted_includes(src) == [
+        ("outer.cuh", tmp_path / "outer.cuh"),
+        ("inner.cuh", tmp_path / "inner.cuh"),
+    ]
+    assert build.sha256_source(plain) == build.sha256_file(plain)
+    before = build.sha256_source(src)
+    assert before != build.sha256_file(src)
+    (tmp_path / "inner.cuh").write_text("#define INNER 3\n")
+    assert build.sha256_source(src) != before
+    py = tmp_path / "k.py"
+    py.write_text('#include "outer.cuh"\n')  # a Python comment, not an include
+    assert build.quoted_includes(py) == [] and build.sha256_source(py) == build.sha256_file(py)
+
+
+@pytest.mark.slow
+def test_editing_a_shared_header_recompiles_the_kernels_that_include_it(tmp_path):
+    from conftest import copy_repo, planned_jobs, snakemake
+    from test_workflow import edit
+
+    root = copy_repo(tmp_path / "repo")
+    args = ["--config", "studies=[hgemm]", "gpu=none"]
+    target = "results/build/hgemm/06_wgmma_tma/kernel.cubin"
+    other = "results/build/hgemm/05_cp_async/kernel.cubin"  # includes no header
+    proc = snakemake(root, "--cores", "2", target, other, *args, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    header = root / "kernels" / "hgemm" / "sm90.cuh"
+    edit(header, header.read_text() + "\n// a comment: the header changed\n")
+    proc = snakemake(root, "-n", target, other, *args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = planned_jobs(proc.stdout + proc.stderr)
+    assert [w.get("variant") for rule, w in jobs if rule == "compile"] == ["06_wgmma_tma"]

@@ -23,7 +23,7 @@ from typing import Any
 
 from kernelbook import gpu, problems, tables
 from kernelbook import launch as launch_mod
-from kernelbook.build import sha256_file
+from kernelbook.build import sha256_file, sha256_source
 from kernelbook.config import Launch, Project, Study, Variant
 from kernelbook.problems.base import CheckError
 from kernelbook.timing import DeviceFault, Hang, Timer
@@ -338,7 +338,7 @@ def bench_variant(
         "dtype": study.dtype,
         "params": json.dumps(study.params, sort_keys=True),
         "baseline": study.baseline,
-        "source_sha256": sha256_file(src),
+        "source_sha256": sha256_source(src),
         "spec_sha256": variant.spec_sha256(),
         "cubin_sha256": "" if build.failed or variant.kind == "torch" else sha256_file(build.cubin),
         "defines": json.dumps(variant.defines),

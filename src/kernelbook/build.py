@@ -220,6 +220,40 @@ def sha256_file(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
+_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
+
+
+def quoted_includes(source: Path) -> list[tuple[str, Path]]:
+    """What ``source`` includes with quotes, and what those include, in the order found:
+    (name as written, path beside its includer); files that do not exist are left out
+    (nvcc reports them). A Python source (triton, torch) includes nothing."""
+    if Path(source).suffix == ".py":
+        return []
+    out, todo, seen = [], [Path(source)], {Path(source)}
+    while todo:
+        path = todo.pop()
+        for name in _INCLUDE.findall(path.read_bytes().decode(errors="replace")):
+            inc = path.parent / name
+            if inc not in seen and inc.is_file():
+                seen.add(inc)
+                out.append((name, inc))
+                todo.append(inc)
+    return out
+
+
+def sha256_source(source: Path) -> str:
+    """A kernel's source hash (``source_sha256``): the file's own sha256, or, where it includes
+    headers of the repository with quotes, one hash over it and them, so that editing a
+    shared header makes every kernel that includes it stale."""
+    includes = quoted_includes(source)
+    if not includes:
+        return sha256_file(source)
+    h = hashlib.sha256(Path(source).read_bytes())
+    for name, path in includes:
+        h.update(f"\0{name}\0".encode() + path.read_bytes())
+    return h.hexdigest()
+
+
 @dataclass(frozen=True)
 class BuildResult:
     resources: Resources
@@ -233,7 +267,6 @@ class BuildResult:
 # (the test suite): a build whose nvcc binary, command, source and quoted includes are
 # byte-identical to a cached one takes its cubin and ptxas report. Unset: nvcc every time.
 CACHE_ENV = "KERNELBOOK_CUBIN_CACHE"
-_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
 
 
 def _cache_key(cmd: list[str], source: Path, out: Path) -> str:
@@ -242,15 +275,9 @@ def _cache_key(cmd: list[str], source: Path, out: Path) -> str:
     st = os.stat(exe) if os.path.exists(exe) else None
     nvcc = [exe, st.st_size, st.st_mtime_ns] if st else [exe]
     h = hashlib.sha256(json.dumps([nvcc, [same.get(a, a) for a in cmd]]).encode())
-    todo, seen = [("", source)], set()
-    while todo:  # the source and what it includes with quotes, by content
-        name, path = todo.pop()
-        if path in seen or not path.is_file():
-            continue
-        seen.add(path)
-        text = path.read_bytes()
-        h.update(f"{name}\0".encode() + text)
-        todo += [(i, path.parent / i) for i in _INCLUDE.findall(text.decode(errors="replace"))]
+    if source.is_file():  # the source and what it includes with quotes, by content
+        for name, path in [("", source), *quoted_includes(source)]:
+            h.update(f"{name}\0".encode() + path.read_bytes())
     return h.hexdigest()
 
 

@@ -252,7 +252,7 @@ def profile_variant(
     gets one ``failed`` row (kind tool or hang), and the other sizes go on.
     """
     from kernelbook import gpu, problems
-    from kernelbook.build import sha256_file
+    from kernelbook.build import sha256_source
     from kernelbook.cli import launch_command
 
     problem = problems.get(study.problem)
@@ -267,7 +267,7 @@ def profile_variant(
         "gpu_uuid": facts["gpu_uuid"],
         "driver_version": facts["driver_version"],
         "ncu_version": version,
-        "source_sha256": sha256_file(project.root / variant.source),
+        "source_sha256": sha256_source(project.root / variant.source),
         "git_commit": gpu.git_commit(project.root),
     }
     env = {**os.environ, "KERNELBOOK_SLOT_HELD": "1", "CUDA_VISIBLE_DEVICES": slot_uuid}

@@ -398,7 +398,7 @@ def comments_only_change(root: str | Path, rel: str, measured: list[str], depth:
 
 def study_changes(root: str | Path, study, meas, gpu: str) -> list[Change]:
     """What changed in one study's variants since ``meas`` (its published rows) was measured."""
-    from kernelbook.build import sha256_file
+    from kernelbook.build import sha256_source
 
     root = Path(root)
     out: list[Change] = []
@@ -410,7 +410,7 @@ def study_changes(root: str | Path, study, meas, gpu: str) -> list[Change]:
 
     def source_check(v, rows):
         path = root / v.source
-        now = sha256_file(path) if path.is_file() else "missing"
+        now = sha256_source(path) if path.is_file() else "missing"
         then = sorted(set(rows["source_sha256"].dropna()))
         if then != [now] and not comments_only_change(root, v.source, then):
             add(

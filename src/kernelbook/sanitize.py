@@ -94,7 +94,7 @@ def sanitize_variant(
     so each tool gets a ``not_run`` row instead. ``expect``: the declared variant's
     `expect` (a negative control's findings are ``expected``, not ``findings``)."""
     from kernelbook import gpu, problems
-    from kernelbook.build import sha256_file
+    from kernelbook.build import sha256_source
     from kernelbook.cli import launch_command
 
     problem = problems.get(study.problem)
@@ -163,7 +163,7 @@ def sanitize_variant(
                 "exit_code": code,
                 "gpu_name": facts["gpu_name"],
                 "gpu_uuid": facts["gpu_uuid"],
-                "source_sha256": sha256_file(project.root / variant.source),
+                "source_sha256": sha256_source(project.root / variant.source),
                 "git_commit": gpu.git_commit(project.root),
                 "measured_at": gpu.now(),
             }

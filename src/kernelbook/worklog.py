@@ -138,7 +138,7 @@ def leading_comment(text: str) -> str:
 
 def study_meta(study, root: str | Path) -> dict:
     """What the page needs from a resolved study (kernelbook.config.Study), as plain JSON."""
-    from kernelbook.build import sha256_file
+    from kernelbook.build import sha256_source
 
     root = Path(root)
     problem = problems.get(study.problem)
@@ -168,7 +168,7 @@ def study_meta(study, root: str | Path) -> dict:
                     if v.is_tuned and tune.sweep_sizes(study, v)
                     else None
                 ),
-                "source_sha256": sha256_file(path) if path.is_file() else None,
+                "source_sha256": sha256_source(path) if path.is_file() else None,
                 "spec_sha256": None if v.is_tuned else v.spec_sha256(),
             }
         )
