@@ -147,8 +147,9 @@ def kernel_launcher(kernel: Kernel, study: Study, variant: Variant, sizes, case)
                 "not a zero-argument callable"
             )
         return run, None
-    sms = device_sm_count()
-    launch = variant.launch(sizes, sm_count=sms)
+    # one launch per kernel (a variant of several kernels, then:, launches them in order)
+    launches = variant.launches(sizes, sm_count=device_sm_count())
+    launch = launches[0]
     if kernel.kind == "cuda_ex":
         import cupy as cp
 
@@ -169,9 +170,8 @@ def kernel_launcher(kernel: Kernel, study: Study, variant: Variant, sizes, case)
         import numpy as np
 
         launch = Launch(launch.grid, launch.block, kernel.smem)
+        launches = [launch]  # triton's own shared memory, from its build row
         args = (*args, *([np.uint64(0)] * TRITON_HIDDEN_PARAMS))
-    # a variant of several kernels (then:) launches them in order, each with its geometry
-    launches = [launch, *variant.launches(sizes, sm_count=sms)[1:]] if kernel.then else [launch]
     pairs = list(zip((kernel.fn, *kernel.then), launches, strict=True))
     for fn, one in pairs:
         if one.smem > 48 * 1024:

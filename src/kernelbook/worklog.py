@@ -436,21 +436,20 @@ def ladder_sass(data: StudyData) -> pd.DataFrame | None:
     return rows.assign(variant=rows["variant"].replace(rename))
 
 
+def _problem_attr(data: StudyData, name: str, default):
+    """An attribute of the study's problem (figure of merit, roofline roof, sweep facets);
+    ``default`` for a problem this version does not know (tables from elsewhere)."""
+    try:
+        return getattr(problems.get(data.meta.get("problem", "")), name)
+    except KeyError:
+        return default
+
+
 def figure_of_merit(data: StudyData) -> str:
     fom = data.meta.get("figure_of_merit")
     if fom in ("tflops", "gbps"):
         return fom
-    try:
-        return problems.get(data.meta.get("problem", "")).figure_of_merit
-    except KeyError:
-        return "tflops"
-
-
-def _problem_facets(name: str):
-    try:
-        return problems.get(name).sweep_facets
-    except KeyError:
-        return None
+    return _problem_attr(data, "figure_of_merit", "tflops")
 
 
 def _extra_baselines_lines(head: pd.DataFrame, best: str, fom: str, unit: str) -> list[str]:
@@ -469,14 +468,6 @@ def _extra_baselines_lines(head: pd.DataFrame, best: str, fom: str, unit: str) -
         if r.get(f"{n}_{fom}") is not None
     ]
     return [f"**Also timed beside it:** {'; '.join(parts)}.", ""] if parts else []
-
-
-def _peak_kind(data: StudyData) -> str:
-    """The roofline's compute roof for this study's problem ("fp32" or "bf16_tensor")."""
-    try:
-        return problems.get(data.meta.get("problem", "")).peak
-    except KeyError:
-        return "fp32"
 
 
 def baseline_label(data: StudyData) -> str:
@@ -936,7 +927,7 @@ def make_figures(
         "throughput against problem size",
         lambda: figures.sweep(main, order, outdir, metric=fom, baseline_label=base),
     )
-    facets = _problem_facets(data.meta.get("problem", ""))
+    facets = _problem_attr(data, "sweep_facets", None)
     if facets:  # e.g. attention: against S, a panel per D and causal
         attempt(
             "sweep_facets",
@@ -963,7 +954,7 @@ def make_figures(
             outdir,
             ceil=figures.ceilings(data.table("device")),
             size_label=s,
-            peak_kind=_peak_kind(data),
+            peak_kind=_problem_attr(data, "peak", "fp32"),  # fp32 or bf16_tensor
         )
 
     attempt("roofline", "Hierarchical roofline", roof)
