@@ -4,6 +4,7 @@ the real nvcc (no spills, tensor-core SASS where the step says so)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -259,3 +260,40 @@ def test_facet_figure_against_s_per_d_and_causal(tmp_path):
     assert "D=64, causal=0" in svg and "D=128, causal=1" in svg
     assert "sdpa_cudnn (baseline)" in svg and "sdpa_flash (baseline)" in svg
     assert fig.png and "dotted: sdpa_cudnn" in fig.caption
+
+
+def test_launcher_runs_every_kernel_in_order_with_its_geometry(study, monkeypatch):
+    """bench.kernel_launcher on a variant of three kernels: one run() launches them in
+    order, each with its own grid, block and shared memory, on the same arguments; the
+    row's geometry is the first kernel's."""
+    from types import SimpleNamespace
+
+    from kernelbook import bench
+
+    st, _ = study
+    monkeypatch.setattr(bench, "device_sm_count", lambda: 114)
+    v = dataclasses.replace(st.variant("01_naive"), workspace=0)  # no device buffer here
+    s = {"B": 2, "H": 16, "S": 1000, "D": 128, "causal": 1}
+    calls = []
+
+    def kernel_fn(i):
+        return lambda grid, block, args, shared_mem: calls.append(
+            (i, grid, block, shared_mem, args)
+        )
+
+    kernel = bench.Kernel("cuda", kernel_fn(0), None, (kernel_fn(1), kernel_fn(2)))
+    run, launch = bench.kernel_launcher(kernel, st, v, s, SimpleNamespace(args=("q", "k")))
+    run()
+    expected = v.launches(s)
+    assert launch == expected[0]
+    assert [c[0] for c in calls] == [0, 1, 2]
+    assert [(c[1], c[2], c[3]) for c in calls] == [(e.grid, e.block, e.smem) for e in expected]
+    assert all(c[4] == ("q", "k") for c in calls)
+    # a grid over the device's SMs takes the count the launcher asked the device for
+    per_sm = dataclasses.replace(v, grid=("SM_COUNT", "B * H"), then=())
+    calls.clear()
+    run, launch = bench.kernel_launcher(
+        bench.Kernel("cuda", kernel_fn(0)), st, per_sm, s, SimpleNamespace(args=())
+    )
+    run()
+    assert launch.grid == (114, 32, 1) and calls[0][1] == (114, 32, 1)
