@@ -8,7 +8,7 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
-# Validated against workflow/schemas/config.schema.yaml by kernelbook.config (common.smk),
+# Validated against src/kernelbook/schemas/config.schema.yaml by kernelbook.config (common.smk),
 # which reports a bad key in one line where snakemake.utils.validate prints the schema.
 configfile: "config/config.yaml"
 

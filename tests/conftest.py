@@ -25,7 +25,7 @@ def pytest_configure(config):
     """One content-hashed cubin cache (kernelbook.build.CACHE_ENV) for the whole run: each
     kernel is compiled by nvcc once, then reused by every test, every xdist worker and every
     pipeline job the tests start (they inherit the environment). Removed at the end."""
-    from kernelbook import build
+    from kernelbook.build import nvcc as build
 
     if hasattr(config, "workerinput") or os.environ.get(build.CACHE_ENV):
         return  # an xdist worker (the controller made it), or a cache the caller chose
@@ -35,7 +35,7 @@ def pytest_configure(config):
 
 
 def pytest_unconfigure(config):
-    from kernelbook import build
+    from kernelbook.build import nvcc as build
 
     path = config.stash.get(_CUBINS, None)
     if path:

@@ -8,16 +8,20 @@ import dataclasses
 import json
 import math
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
 from test_tables import measurement
 
-from kernelbook import build, config, figures, tables
-from kernelbook.config import REPO_ROOT, ConfigError
+from kernelbook import config, tables
+from kernelbook.build import nvcc as build
+from kernelbook.config import ConfigError
 from kernelbook.problems import attention, get
+from kernelbook.report import figures
 
 ATT = get("attention")
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -268,7 +272,7 @@ def test_launcher_runs_every_kernel_in_order_with_its_geometry(study, monkeypatc
     row's geometry is the first kernel's."""
     from types import SimpleNamespace
 
-    from kernelbook import bench
+    from kernelbook.measure import bench
 
     st, _ = study
     monkeypatch.setattr(bench, "device_sm_count", lambda: 114)

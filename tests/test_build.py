@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from kernelbook import build
 from kernelbook import config as cfg
-from kernelbook.build import CompileError
+from kernelbook.build import nvcc as build
+from kernelbook.build.nvcc import CompileError
 
 REPO = Path(__file__).resolve().parents[1]
 ARCH = "sm_90"

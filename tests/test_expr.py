@@ -1,11 +1,11 @@
-"""kernelbook.expr: the safe evaluator behind grid/block/smem, requires, constraints, sizes."""
+"""kernelbook.config.expr: the safe evaluator behind grid/block/smem, requires, constraints, sizes."""
 
 from __future__ import annotations
 
 import pytest
 
-from kernelbook import expr
-from kernelbook.expr import ExprError, evaluate, evaluate_int
+from kernelbook.config import expr
+from kernelbook.config.expr import ExprError, evaluate, evaluate_int
 
 ENV = {"M": 1000, "N": 3000, "K": 7, "BS": 32, "BM": 128, "BN": 64}
 

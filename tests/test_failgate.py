@@ -16,8 +16,10 @@ import pytest
 import yaml
 from conftest import REPO, copy_env, copy_repo, kernelbook_cli, snakemake
 
-from kernelbook import gate, sanitize, tables, worklog
+from kernelbook import gate, tables
 from kernelbook.procs import ToolTimeout, run_tool
+from kernelbook.profile import sanitize
+from kernelbook.report import worklog
 
 # ------------------------------------------------------------------------------------------
 # The timeout helper
@@ -77,8 +79,8 @@ def test_a_tool_within_its_time_returns_its_output():
 
 def test_a_hanging_nvcc_becomes_a_compile_error(tmp_path, monkeypatch):
     """nvcc past timeouts.nvcc_s: a CompileError naming the variant, the tool and the key."""
-    from kernelbook import build
     from kernelbook import config as cfg
+    from kernelbook.build import nvcc as build
 
     fake = tmp_path / "bin"
     fake.mkdir()
@@ -534,7 +536,7 @@ def test_a_tuned_variant_whose_candidates_all_failed_is_a_failure():
 
 _DEAD_CONTEXT_SCRIPT = """
 import sys
-from kernelbook import bench
+from kernelbook.measure import bench
 
 class CUDARuntimeError(RuntimeError):  # the name CuPy's runtime errors have
     pass

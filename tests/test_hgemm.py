@@ -15,8 +15,10 @@ import pytest
 import yaml
 from conftest import REPO
 
-from kernelbook import build, launch, problems
 from kernelbook import config as cfg
+from kernelbook import problems
+from kernelbook.build import nvcc as build
+from kernelbook.launch import driver as launch
 
 FLAGS = ["-O3", "-lineinfo"]
 PROJECT = cfg.load_project_file(REPO / "config" / "config.yaml", overrides={"studies": ["hgemm"]})
@@ -246,7 +248,7 @@ def test_sm90a_kernels_compile_with_hopper_instructions(built, vid):
 def test_tensor_core_roofline_uses_model_flops_and_the_bf16_peak():
     import pandas as pd
 
-    from kernelbook import profile
+    from kernelbook.profile import ncu as profile
 
     mnk = 4096**3
     metrics = {
@@ -307,7 +309,7 @@ def test_tensor_core_roofline_uses_model_flops_and_the_bf16_peak():
 def test_roofline_figure_draws_the_bf16_tensor_roof(tmp_path):
     import pandas as pd
 
-    from kernelbook import figures
+    from kernelbook.report import figures
 
     roof = pd.DataFrame(
         [
@@ -350,7 +352,7 @@ def test_roofline_figure_draws_the_bf16_tensor_roof(tmp_path):
 def test_second_headline_must_be_a_study_size_and_gets_its_own_ladder(tmp_path):
     import pandas as pd
 
-    from kernelbook import figures
+    from kernelbook.report import figures
 
     path = _study(tmp_path)
     data = yaml.safe_load(path.read_text())

@@ -18,8 +18,10 @@ import pytest
 from conftest import REPO
 from cuda_emu import EMU
 
-from kernelbook import build, expr
 from kernelbook import config as cfg
+from kernelbook.build import nvcc as build
+from kernelbook.config import expr
+from kernelbook.config.load import _resolve_defines as resolve_defines
 
 ARCH = "sm_90"
 FLAGS = ["-O3", "-lineinfo"]
@@ -47,13 +49,13 @@ def _variants() -> dict[str, cfg.Variant]:
         )
         tune = raw.get("tune")
         if not tune:
-            defines = cfg._resolve_defines(raw.get("defines", {}), {}, raw["id"])
+            defines = resolve_defines(raw.get("defines", {}), {}, raw["id"])
             out[raw["id"]] = cfg.Variant(id=raw["id"], defines=defines, **common)
             continue
         space = tune["space"]
         for combo in itertools.product(*space.values()):
             point = dict(zip(space, combo, strict=True))
-            defines = cfg._resolve_defines(raw.get("defines", {}), point, raw["id"])
+            defines = resolve_defines(raw.get("defines", {}), point, raw["id"])
             if all(expr.evaluate(c, defines) for c in tune["constraints"]):
                 cid = raw["id"] + cfg.CANDIDATE_SEP + "_".join(f"{k}{v}" for k, v in point.items())
                 out[cid] = cfg.Variant(

@@ -10,7 +10,10 @@ import pytest
 import yaml
 from conftest import REPO, copy_repo, kernelbook_cli, planned_jobs, snakemake
 
-from kernelbook import build, config, kinds, profile, tables
+from kernelbook import config, tables
+from kernelbook.build import nvcc as build
+from kernelbook.build import triton as kinds
+from kernelbook.profile import ncu as profile
 
 pytest.importorskip("triton")
 

@@ -20,9 +20,10 @@ import pytest
 from conftest import REPO, kernelbook_cli, planned_jobs, snakemake
 from cuda_emu import BF16, EMU
 
-from kernelbook import build, problems
 from kernelbook import config as cfg
-from kernelbook.build import CompileError
+from kernelbook import problems
+from kernelbook.build import nvcc as build
+from kernelbook.build.nvcc import CompileError
 from kernelbook.problems.base import (
     GUARD_BYTE,
     InputModified,

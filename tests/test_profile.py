@@ -15,7 +15,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from kernelbook import profile, sanitize
+from kernelbook.profile import ncu as profile
+from kernelbook.profile import sanitize
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 REPORT = FIXTURES / "sgemm_02_256.ncu-rep"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from kernelbook import figures, quality, stages
+from kernelbook.report import figures, quality, stages
 
 ROOT = Path(__file__).resolve().parents[1]
 SGEMM = ROOT / "worklogs" / "nvidia-h200" / "sgemm" / "data"

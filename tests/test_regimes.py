@@ -20,8 +20,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from kernelbook import gpu, problems, regimes, tables
+from kernelbook import gpu, problems, tables
 from kernelbook.problems.regimes import matmul_n
+from kernelbook.report import regimes
 
 REPO = Path(__file__).resolve().parents[1]
 STUDY = REPO / "config" / "studies" / "regimes.yaml"
@@ -349,7 +350,7 @@ def test_gather_without_launch_rows_names_the_table(regimes_tables, tmp_path):
 
 
 def test_figures_and_page(regimes_tables, tmp_path):
-    from kernelbook import publish
+    from kernelbook.report import publish
 
     out = tmp_path / "page"
     publish.render_tables(regimes_tables, out, "regimes", analysis=REPO / "analysis")
@@ -379,8 +380,9 @@ def test_device_table_launch_overhead_rows():
     import cupy as cp
     import torch
 
-    from kernelbook import config, device
-    from kernelbook.timing import Timer
+    from kernelbook import config
+    from kernelbook.measure import device
+    from kernelbook.measure.timing import Timer
 
     settings = config.load_settings(yaml.safe_load((REPO / "config/config.yaml").read_text()))
     policy = {**settings["timing"], "cache": "warm", "method": "events", "max_time_s": 3}
@@ -426,7 +428,7 @@ def test_variant_is_correct_and_timed(vid, n):
     import cupy as cp
     import torch
 
-    from kernelbook.timing import Timer
+    from kernelbook.measure.timing import Timer
 
     v = next(x for x in raw_study()["variants"] if x["id"] == vid)
     spec = importlib.util.spec_from_file_location(f"regimes_{vid}", REPO / v["source"])

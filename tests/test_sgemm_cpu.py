@@ -16,8 +16,8 @@ import pytest
 from conftest import REPO
 from cuda_emu import EMU
 
-from kernelbook import build
 from kernelbook import config as cfg
+from kernelbook.build import nvcc as build
 
 ARCH = "sm_90"
 FLAGS = ["-O3", "-lineinfo"]

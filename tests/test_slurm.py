@@ -28,8 +28,8 @@ from slurm_local import LocalSlurm, SlurmError, install, missing_tools
 from test_worklog import GPU, STUDY, make_repo, publish_fixture
 
 from kernelbook import gpu as kb_gpu
-from kernelbook import publish as kb_publish
 from kernelbook import tables
+from kernelbook.report import publish as kb_publish
 
 
 def _why_not() -> str:

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from kernelbook.stopping import Rule, decide, drift_of, rse_of_median
+from kernelbook.measure.stopping import Rule, decide, drift_of, rse_of_median
 
 RULE = Rule(min_samples=10, max_samples=2000, max_noise=0.005, min_time_s=0.1, timeout_s=15.0)
 

@@ -15,8 +15,9 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from kernelbook import build, tables, tune
 from kernelbook import config as cfg
+from kernelbook import tables, tune
+from kernelbook.build import nvcc as build
 from kernelbook.problems import get as get_problem
 from kernelbook.tables import TableError
 
@@ -246,7 +247,7 @@ def same(a, b) -> bool:
 
 
 def test_tables_yaml_is_what_the_module_reads():
-    defs = yaml.safe_load((REPO / "workflow" / "schemas" / "tables.yaml").read_text())
+    defs = yaml.safe_load((REPO / "src" / "kernelbook" / "schemas" / "tables.yaml").read_text())
     assert tables.definitions() == defs
     assert {"measurements", "build", "sass", "device"} <= set(defs)
 

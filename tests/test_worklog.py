@@ -26,8 +26,9 @@ import yaml
 from conftest import REPO, copy_repo, kernelbook_cli, run_in, snakemake
 
 from kernelbook import config as cfg
-from kernelbook import figures, publish, tables, tune, worklog
-from kernelbook.build import sha256_file
+from kernelbook import tables, tune
+from kernelbook.build.nvcc import sha256_file
+from kernelbook.report import figures, publish, worklog
 
 FIXTURE = REPO / "tests" / "data" / "worklog"
 GPU = "nvidia-h200"
@@ -489,7 +490,14 @@ def test_publish_copies_everything_and_indexes(rendered_ok, tmp_path):
     results = tmp_path / "gpu-results"  # as a GPU host's run leaves them, brought here
     paths = results_from_fixture(root, results)
     shutil.rmtree(root / "worklogs")
-    args = ["-m", "kernelbook.publish", "publish", "--results", str(results), f"{GPU}/{STUDY}"]
+    args = [
+        "-m",
+        "kernelbook.report.publish",
+        "publish",
+        "--results",
+        str(results),
+        f"{GPU}/{STUDY}",
+    ]
     proc = run_in(root, args)
     assert proc.returncode == 1 and "worklog.md" in proc.stderr  # nothing rendered yet
     proc = run_in(root, [*args[:3], "--render", *args[3:]])
@@ -546,7 +554,7 @@ def test_published_folders_hold_one_page():
 @pytest.mark.parametrize("gpu, study", PUBLISHED, ids=[f"{g}/{s}" for g, s in PUBLISHED])
 def test_published_page_is_what_its_data_renders_today(gpu, study, tmp_path):
     """The committed page equals the current code's page of its data/: a renderer change is
-    published with the pages it changes (python -m kernelbook.publish render GPU/STUDY)."""
+    published with the pages it changes (python -m kernelbook.report.publish render GPU/STUDY)."""
     published = REPO / "worklogs" / gpu / study
     page = publish.render_published(REPO / "worklogs", gpu, study, REPO / "analysis", tmp_path)
 
@@ -585,7 +593,7 @@ def check_cmd(root: Path) -> subprocess.CompletedProcess:
     probe = kernelbook_cli(root, "check", "--help")
     if probe.returncode == 0:
         return kernelbook_cli(root, "check")
-    return run_in(root, ["-m", "kernelbook.publish", "check"])
+    return run_in(root, ["-m", "kernelbook.report.publish", "check"])
 
 
 @pytest.fixture
@@ -855,7 +863,7 @@ def test_study_meta_from_config(tmp_path):
     assert naive["header"].startswith("01 naive")
     assert naive["spec_sha256"] == project.study(STUDY).variants[0].spec_sha256()
     proc = run_in(
-        REPO, ["-m", "kernelbook.worklog", "meta", STUDY, "--out", str(tmp_path / "s.json")]
+        REPO, ["-m", "kernelbook.report.worklog", "meta", STUDY, "--out", str(tmp_path / "s.json")]
     )
     assert proc.returncode == 0, output(proc)
     assert json.loads((tmp_path / "s.json").read_text()) == meta
@@ -909,7 +917,7 @@ def test_comment_only_source_change_is_not_stale(tmp_path):
     import hashlib
     import subprocess
 
-    from kernelbook.publish import comments_only_change, strip_comments
+    from kernelbook.report.publish import comments_only_change, strip_comments
 
     repo = tmp_path / "r"
     (repo / "k").mkdir(parents=True)

@@ -29,8 +29,10 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from kernelbook import bench, build, gpu, problems  # noqa: E402
 from kernelbook import config as cfg  # noqa: E402
+from kernelbook import gpu, problems  # noqa: E402
+from kernelbook.build import nvcc as build  # noqa: E402
+from kernelbook.measure import bench  # noqa: E402
 
 
 def load(study: str, variant: str, space: dict, timing: dict):

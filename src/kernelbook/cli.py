@@ -84,7 +84,8 @@ def cmd_list(args) -> int:
 
 
 def cmd_compile(args) -> int:
-    from kernelbook import build, gpu, tables
+    from kernelbook import gpu, tables
+    from kernelbook.build import nvcc as build
 
     project, study, variant = _study_variant(args)
     s = project.settings
@@ -93,7 +94,7 @@ def cmd_compile(args) -> int:
         return _record_not_compiled(args, project, study, variant)
     try:
         if variant.kind == "triton":
-            from kernelbook import kinds
+            from kernelbook.build import triton as kinds
 
             res = kinds.compile_triton(
                 variant,
@@ -169,7 +170,8 @@ def _record_not_compiled(args, project, study, variant) -> int:
     cubin file is left empty, as for a failed build, so the DAG's files stay the same."""
     import pandas as pd
 
-    from kernelbook import build, gpu, tables
+    from kernelbook import gpu, tables
+    from kernelbook.build import nvcc as build
 
     cubin = Path(args.cubin)
     cubin.parent.mkdir(parents=True, exist_ok=True)
@@ -210,7 +212,8 @@ def _record_compile_failure(args, project, study, variant, flags, error) -> int:
     and the bench gate reports it at the end of the run."""
     import pandas as pd
 
-    from kernelbook import build, gpu, tables
+    from kernelbook import gpu, tables
+    from kernelbook.build import nvcc as build
 
     _eprint(f"kernelbook: error: {error}")
     _eprint(f"{study.name}/{variant.id}: recorded as a failed build; the run goes on")
@@ -219,7 +222,7 @@ def _record_compile_failure(args, project, study, variant, flags, error) -> int:
     cubin.parent.mkdir(parents=True, exist_ok=True)
     cubin.write_bytes(b"")
     if variant.kind == "triton":
-        from kernelbook import kinds
+        from kernelbook.build import triton as kinds
 
         try:
             version = f"triton {kinds.triton_version()}"
@@ -260,7 +263,9 @@ def _record_compile_failure(args, project, study, variant, flags, error) -> int:
 
 
 def cmd_bench(args) -> int:
-    from kernelbook import bench, build, gpu, tables
+    from kernelbook import gpu, tables
+    from kernelbook.build import nvcc as build
+    from kernelbook.measure import bench
 
     project, study, variant = _study_variant(args)
     problem = problems.get(study.problem)
@@ -308,14 +313,15 @@ def cmd_bench(args) -> int:
 def _compile_now(project, study, variant, cubin: Path):
     """Build a variant for a command run outside the pipeline (bench, launch without
     --cubin): nvcc or Triton into ``cubin``; a torch variant has nothing to build."""
-    from kernelbook import bench, build
+    from kernelbook.build import nvcc as build
+    from kernelbook.measure import bench
 
     s = project.settings
     flags = _nvcc_flags(project, variant)
     if variant.kind == "torch":
         return bench.BuildInfo(cubin, "", "")
     if variant.kind == "triton":
-        from kernelbook import kinds
+        from kernelbook.build import triton as kinds
 
         res = kinds.compile_triton(
             variant, s["arch"], project.root, study.dtype, study.problem, cubin, _nvcc_timeout(s)
@@ -349,7 +355,8 @@ def _finish_bench(args, rows, problem, samples) -> int:
     that would wait on the lost device (the rows are on disk by then)."""
     import pandas as pd
 
-    from kernelbook import bench, tables
+    from kernelbook import tables
+    from kernelbook.measure import bench
 
     if args.samples_out:  # none when the variant failed before any timing
         tables.write(
@@ -382,7 +389,8 @@ def _bench_tuned_sweep(args, project, study, variant, sizes) -> int:
     (confirmation: the published row is this re-timing, not the best of many candidates'
     own, so the pick does not lean to the luckiest), and the winner at the pick size
     (tune.sweep_pick) runs at the other sizes; rows are labelled as the tuned variant."""
-    from kernelbook import bench, gpu, tables, tune
+    from kernelbook import gpu, tables, tune
+    from kernelbook.measure import bench
 
     problem = problems.get(study.problem)
     if not (args.tuned_table and args.build_dir):
@@ -486,7 +494,7 @@ def cmd_launch(args) -> int:
         # Plain cudaMalloc per array, no guard bands: compute-sanitizer's memcheck then sees
         # an access past an array's end as outside its allocation.
         cp.cuda.set_allocator(None)
-    from kernelbook import bench
+    from kernelbook.measure import bench
 
     with tempfile.TemporaryDirectory() as tmp:
         if args.cubin:
@@ -603,7 +611,8 @@ def _bench_failures(args, study) -> dict[str, tuple[str, str]]:
 
 
 def cmd_profile(args) -> int:
-    from kernelbook import gpu, profile, tables
+    from kernelbook import gpu, tables
+    from kernelbook.profile import ncu as profile
 
     project, study, variant = _study_variant(args)
     failed = _bench_failures(args, study)
@@ -623,7 +632,8 @@ def cmd_profile(args) -> int:
 
 
 def cmd_sanitize(args) -> int:
-    from kernelbook import gpu, sanitize, tables
+    from kernelbook import gpu, tables
+    from kernelbook.profile import sanitize
 
     project, study, variant = _study_variant(args)
     failed = _bench_failures(args, study)
@@ -663,7 +673,8 @@ def cmd_sanitize(args) -> int:
 def cmd_roofline(args) -> int:
     import pandas as pd
 
-    from kernelbook import profile, tables
+    from kernelbook import tables
+    from kernelbook.profile import ncu as profile
 
     project = _project(args)
     study = project.study(args.study)
@@ -681,7 +692,8 @@ def cmd_roofline(args) -> int:
 
 
 def cmd_sanitize_gate(args) -> int:
-    from kernelbook import sanitize, tables
+    from kernelbook import tables
+    from kernelbook.profile import sanitize
 
     table = tables.read(args.table)
     project = _project(args)
@@ -747,13 +759,14 @@ def cmd_gate(args) -> int:
 
 
 def cmd_check(args) -> int:
-    from kernelbook import publish
+    from kernelbook.report import publish
 
     return publish.check(_project(args), args.worklogs)
 
 
 def cmd_device(args) -> int:
-    from kernelbook import device, gpu
+    from kernelbook import gpu
+    from kernelbook.measure import device
 
     project = _project(args)
     slot = gpu.acquire_slot()
@@ -762,7 +775,8 @@ def cmd_device(args) -> int:
 
 
 def cmd_gather(args) -> int:
-    from kernelbook import regimes, tables, tune
+    from kernelbook import tables, tune
+    from kernelbook.report import regimes
 
     # measurements: a tuned variant's confirmed rows replace its selection rows
     steps = [tune.confirmed] if args.table == "measurements" else []
@@ -786,7 +800,8 @@ def cmd_gather(args) -> int:
 
 
 def cmd_stages(args) -> int:
-    from kernelbook import stages, tables
+    from kernelbook import tables
+    from kernelbook.report import stages
 
     tables.write(stages.table(args.inputs, args.study), args.out, "stages")
     return 0
@@ -928,7 +943,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("inputs", nargs="*")
     s.add_argument(
         "--device",
-        help="measurements: add the three-term prediction (kernelbook.regimes) from this "
+        help="measurements: add the three-term prediction (kernelbook.report.regimes) from this "
         "device table",
     )
     s.add_argument("--meta", help="with --device: the study.json holding each variant's predict")
@@ -950,14 +965,14 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    from kernelbook.bench import Crash, KernelFailure
-    from kernelbook.build import CompileError
+    from kernelbook.build.nvcc import CompileError
     from kernelbook.gpu import NoGpu
+    from kernelbook.measure.bench import Crash, KernelFailure
+    from kernelbook.measure.timing import DeviceFault, Hang, TimingError
     from kernelbook.problems.base import CheckError
-    from kernelbook.profile import ProfileError
-    from kernelbook.sanitize import SanitizeError
+    from kernelbook.profile.ncu import ProfileError
+    from kernelbook.profile.sanitize import SanitizeError
     from kernelbook.tables import TableError
-    from kernelbook.timing import DeviceFault, Hang, TimingError
 
     args = parser().parse_args(argv)
     try:

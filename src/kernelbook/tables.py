@@ -1,4 +1,4 @@
-"""The Parquet tables: schemas from workflow/schemas/tables.yaml, atomic writes, gather."""
+"""The Parquet tables: schemas from src/kernelbook/schemas/tables.yaml, atomic writes, gather."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 # Analysis stage (no GPU): the worklog notebook turns a study's tables into figures and one
 # page; publish copies them into worklogs/<gpu>/<study>/ (committed).
 #
-# Where the tables come from is decided per (gpu, study) by kernelbook.publish.Worklogs:
+# Where the tables come from is decided per (gpu, study) by kernelbook.report.publish.Worklogs:
 #   measured here (this machine has that GPU, and the study is configured):
 #       results/<gpu>/<study>/*.parquet, results/<gpu>/device.parquet,
 #       results/build/<study>/{build,sass}.parquet and study.json (rule study_meta)
@@ -11,9 +11,9 @@
 # output pattern is shared with the measuring rules and nothing is copied back and forth.
 # Rule all asks for worklog_targets(TARGET_GPU).
 
-from kernelbook import publish as kb_publish  # noqa: E402
+from kernelbook.report import publish as kb_publish  # noqa: E402
 
-# The notebooks run through kernelbook.notebook (workflow/scripts/notebook.py) rather than
+# The notebooks run through kernelbook.report.notebook (workflow/scripts/notebook.py) rather than
 # the notebook: directive, which prints a papermill probe and a kernel warning on every job.
 ANALYSIS = str(Path(workflow.basedir) / "analysis")
 WORKLOGS = kb_publish.Worklogs(
@@ -47,7 +47,7 @@ rule study_meta:
         settings=settings_arg,
         py=PY,
     shell:
-        "{params.py} -m kernelbook.worklog --settings {params.settings} meta {wildcards.study} "
+        "{params.py} -m kernelbook.report.worklog --settings {params.settings} meta {wildcards.study} "
         "--out {output} > {log} 2>&1"
 
 
@@ -122,5 +122,5 @@ rule publish:
         worklogs=WORKLOGS.worklogs,
         py=PY,
     shell:
-        "{params.py} -m kernelbook.publish --worklogs {params.worklogs} publish "
+        "{params.py} -m kernelbook.report.publish --worklogs {params.worklogs} publish "
         "--results {params.results} {params.what} 2>&1 | tee {log}"

@@ -11,12 +11,12 @@ RUN_STARTED = time.time()  # a gate's log older than this run is not this run's 
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
-from kernelbook import build as kb_build  # noqa: E402
-from kernelbook import cluster as kb_cluster  # noqa: E402
+from kernelbook.build import nvcc as kb_build  # noqa: E402
+from kernelbook import slurm as kb_cluster  # noqa: E402
 from kernelbook import config as kb_config  # noqa: E402
 from kernelbook import gpu as kb_gpu  # noqa: E402
 
-# The config and every study are validated here (against workflow/schemas, and every
+# The config and every study are validated here (against src/kernelbook/schemas, and every
 # variant's launch at every size it claims); a bad one stops the run with one line naming
 # file, variant and key, not a Python traceback.
 try:
@@ -126,7 +126,7 @@ def bench_files(wildcards):
     return out
 
 
-# Problems whose measurements carry the three-term prediction (kernelbook.regimes): their
+# Problems whose measurements carry the three-term prediction (kernelbook.report.regimes): their
 # measurements table is gathered with the device table and study.json.
 PREDICTED_PROBLEMS = ("regimes",)
 

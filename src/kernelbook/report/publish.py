@@ -12,10 +12,10 @@ Published measurements carry each kernel's source hash (source_sha256) and its c
 entry's hash (spec_sha256); :func:`stale` compares them with the current sources and config.
 
 Entry point for the rules (and anyone without the DAG):
-    python -m kernelbook.publish publish GPU/STUDY ...   copy results into worklogs/, re-index
-    python -m kernelbook.publish render GPU/STUDY ...    render published pages again from data/
-    python -m kernelbook.publish index                   regenerate worklogs/README.md
-    python -m kernelbook.publish check                   list stale published studies (exit 1)
+    python -m kernelbook.report.publish publish GPU/STUDY ...   copy results into worklogs/, re-index
+    python -m kernelbook.report.publish render GPU/STUDY ...    render published pages again from data/
+    python -m kernelbook.report.publish index                   regenerate worklogs/README.md
+    python -m kernelbook.report.publish check                   list stale published studies (exit 1)
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ def publish(results: str | Path, worklogs: str | Path, gpu: str, study: str) -> 
 def render_tables(tables: dict[str, Path], outdir: Path, study: str, analysis="analysis"):
     """<outdir>/worklog.md, worklog.html and figures/ as measured, from these tables, with the
     study's own figures when analysis/<study>.ipynb exists: the page rule worklog makes."""
-    from kernelbook import notebook, worklog
+    from kernelbook.report import notebook, worklog
 
     tables = {k: Path(v) for k, v in tables.items() if Path(v).exists()}
     study_nb = Path(analysis) / f"{study}.ipynb"
@@ -171,7 +171,7 @@ def render_tables(tables: dict[str, Path], outdir: Path, study: str, analysis="a
 def render_results(results, gpu: str, study: str, configfile="config/config.yaml") -> Path:
     """Render results/<gpu>/<study>/worklog.* without Snakemake, as measured."""
     from kernelbook import config as cfg
-    from kernelbook import worklog
+    from kernelbook.report import worklog
 
     paths = result_paths(results, gpu, study)
     if not paths["measurements"].is_file():
@@ -209,7 +209,7 @@ def render_published(worklogs, gpu: str, study: str, analysis="analysis", out=No
 
 
 def study_summary(worklogs: str | Path, gpu: str, study: str) -> dict:
-    from kernelbook import worklog
+    from kernelbook.report import worklog
 
     p = published_paths(worklogs, gpu, study)
     data = worklog.load({k: p[k] for k in (*DATA_TABLES, "meta")}, mode="replay")
@@ -218,7 +218,7 @@ def study_summary(worklogs: str | Path, gpu: str, study: str) -> dict:
 
 def index(worklogs: str | Path = WORKLOGS) -> str:
     """worklogs/README.md: every published study on every GPU with its headline number."""
-    from kernelbook.worklog import _isnull, fmt, md_table
+    from kernelbook.report.worklog import _isnull, fmt, md_table
 
     pairs = published(worklogs)
     lines = [
@@ -398,7 +398,7 @@ def comments_only_change(root: str | Path, rel: str, measured: list[str], depth:
 
 def study_changes(root: str | Path, study, meas, gpu: str) -> list[Change]:
     """What changed in one study's variants since ``meas`` (its published rows) was measured."""
-    from kernelbook.build import sha256_source
+    from kernelbook.build.nvcc import sha256_source
 
     root = Path(root)
     out: list[Change] = []
@@ -720,14 +720,14 @@ class Worklogs:
 
 
 # ------------------------------------------------------------------------------------------
-# python -m kernelbook.publish ...
+# python -m kernelbook.report.publish ...
 
 
 def main(argv=None) -> int:
     from kernelbook import config as cfg
 
     p = argparse.ArgumentParser(
-        prog="python -m kernelbook.publish",
+        prog="python -m kernelbook.report.publish",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -210,7 +210,7 @@ def crossover_table(meas: pd.DataFrame, device: pd.DataFrame, meta: dict) -> pd.
 def _ok(meas: pd.DataFrame) -> pd.DataFrame:
     df = meas[meas["status"] == "ok"]
     if df.empty:
-        from kernelbook.figures import NoData
+        from kernelbook.report.figures import NoData
 
         raise NoData("no measured row")
     return df
@@ -242,7 +242,7 @@ def regimes_figure(meas, device, meta, outdir, order: list[str]):
     """Measured time against N per op (one panel each), model dashed, regimes shaded."""
     import matplotlib.pyplot as plt
 
-    from kernelbook import figures
+    from kernelbook.report import figures
 
     df = _ok(meas)
     c = Ceilings.of(device)
@@ -290,7 +290,7 @@ def error_figure(meas, outdir, order: list[str]):
     """measured / predicted - 1 per row, against N, coloured by variant."""
     import matplotlib.pyplot as plt
 
-    from kernelbook import figures
+    from kernelbook.report import figures
 
     df = _ok(meas)
     colors = figures.palette(order)
@@ -324,7 +324,7 @@ def graph_figure(meas, outdir, eager: str, graphed: str):
     """Eager against CUDA-graph replay of the same op: time and their ratio against N."""
     import matplotlib.pyplot as plt
 
-    from kernelbook import figures
+    from kernelbook.report import figures
 
     df = _ok(meas)
     a = df[df["variant"] == eager].set_index("N")["median_ms"]
@@ -366,7 +366,7 @@ def graph_pair(meta: dict) -> tuple[str, str] | None:
 
 def crossover_text(table: pd.DataFrame) -> str:
     """One sentence per variant: the model's crossovers and the measured knee."""
-    from kernelbook.worklog import fmt
+    from kernelbook.report.worklog import fmt
 
     parts = []
     for _, r in table.iterrows():
@@ -389,7 +389,7 @@ def crossover_text(table: pd.DataFrame) -> str:
 
 def draw(meas, device, meta, outdir, order, graph_pair=None) -> list:
     """Every regimes figure the data allows; one that cannot be drawn says why."""
-    from kernelbook import figures
+    from kernelbook.report import figures
 
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)

@@ -4,7 +4,7 @@ Each function takes table rows (pandas frames as read from the Parquet files) an
 arguments, draws one figure and writes it as PNG and SVG through :func:`save`. A function
 raises :class:`NoData` when the rows lack what its figure needs; the worklog then names the
 figure it skipped and why. Which rows to pass (headline size, ladder order) is decided by
-:mod:`kernelbook.worklog`.
+:mod:`kernelbook.report.worklog`.
 """
 
 from __future__ import annotations

@@ -252,7 +252,7 @@ def profile_variant(
     gets one ``failed`` row (kind tool or hang), and the other sizes go on.
     """
     from kernelbook import gpu, problems
-    from kernelbook.build import sha256_source
+    from kernelbook.build.nvcc import sha256_source
     from kernelbook.cli import launch_command
 
     problem = problems.get(study.problem)

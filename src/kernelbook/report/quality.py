@@ -1,6 +1,6 @@
 """How trustworthy a study's numbers are, for its page: the baseline's spread across jobs,
 how the stopping rule ended each measurement, the raw samples at the headline size, and
-what the pipeline itself cost (kernelbook.stages)."""
+what the pipeline itself cost (kernelbook.report.stages)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from kernelbook import figures, stages
+from kernelbook.report import figures, stages
 
 # The stable-denominator bound: a baseline's median at one size may spread by at most this
 # (max over min) across the jobs of one run; the page flags sizes above it.
@@ -206,7 +206,7 @@ def before_after(before: pd.DataFrame, after: pd.DataFrame, headline: str | None
 
 
 def main(argv=None) -> int:
-    """python -m kernelbook.quality before-after REV worklogs/<gpu>/<study> ...: write each
+    """python -m kernelbook.report.quality before-after REV worklogs/<gpu>/<study> ...: write each
     folder's before-after.md, comparing the measurements published at git revision REV with
     those published now."""
     import argparse
@@ -215,7 +215,7 @@ def main(argv=None) -> int:
     import subprocess
     from pathlib import Path
 
-    p = argparse.ArgumentParser(prog="python -m kernelbook.quality")
+    p = argparse.ArgumentParser(prog="python -m kernelbook.report.quality")
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("before-after", help="compare published measurements with a revision")
     s.add_argument("rev")
@@ -235,7 +235,7 @@ def main(argv=None) -> int:
             f"Before: the measurements published at {args.rev} (measured at {was}). After: "
             f"those in data/ (measured at {commit}).\n\n"
             + before_after(before, after, meta.get("headline"))
-            + f"\nRegenerate: `python -m kernelbook.quality before-after {args.rev} {folder}`\n"
+            + f"\nRegenerate: `python -m kernelbook.report.quality before-after {args.rev} {folder}`\n"
         )
         (folder / "before-after.md").write_text(text)
         print(f"{folder}/before-after.md")

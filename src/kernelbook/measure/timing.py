@@ -1,5 +1,5 @@
 """The measurement loop, written once: warm-up, L2 flush, a blocking kernel, interleaving,
-and the stopping rule (kernelbook.stopping).
+and the stopping rule (kernelbook.measure.stopping).
 
 No host time is counted in a sample. Before each sample a *blocking kernel* (one thread)
 is queued that spins on a flag in pinned, device-mapped host memory; behind it the L2 flush,
@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kernelbook import stopping
-from kernelbook.stopping import rse_of_median
+from kernelbook.measure import stopping
+from kernelbook.measure.stopping import rse_of_median
 
 __all__ = ["Hang", "DeviceFault", "TimingError", "Stats", "Timer", "rse_of_median"]
 

@@ -35,7 +35,9 @@ def run(notebook: str | Path, snakemake: Any, executed: str | Path | None = None
     notebook = Path(notebook).resolve()
     nb = nbformat.read(notebook, as_version=4)
     snakemake.scriptdir = str(notebook.parent)
-    src = str(Path(__file__).resolve().parents[1])  # this library, for unpickling
+    src = str(
+        Path(__file__).resolve().parents[2]
+    )  # the folder holding this library, for unpickling
     cell = nbformat.v4.new_code_cell(
         f"import pickle, sys\nsys.path.insert(0, {src!r})\n"
         f"snakemake = pickle.loads({pickle.dumps(snakemake)!r})"

@@ -158,7 +158,7 @@ def runner(kernel, launch: Launch, case, problem, stream_ptr: int, where: str) -
         if isinstance(kernel, ExKernel):
             kernel.allow_dynamic_smem(launch.smem)
         else:
-            from kernelbook.bench import allow_dynamic_smem
+            from kernelbook.measure.bench import allow_dynamic_smem
 
             allow_dynamic_smem(kernel, launch.smem)
     if not isinstance(kernel, ExKernel):

@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from kernelbook import gpu, problems, tables
-from kernelbook import launch as launch_mod
-from kernelbook.build import sha256_file, sha256_source
+from kernelbook.build.nvcc import sha256_file, sha256_source
 from kernelbook.config import Launch, Project, Study, Variant
+from kernelbook.launch import driver as launch_mod
+from kernelbook.measure.timing import DeviceFault, Hang, Timer
 from kernelbook.problems.base import CheckError
-from kernelbook.timing import DeviceFault, Hang, Timer
 
 
 class KernelFailure(RuntimeError):
@@ -104,8 +104,8 @@ def load_kernel(root: Path, study: Study, variant: Variant, cubin: Path, smem=No
     """The variant's kernel, loaded from its cubin (or its torch entry, imported)."""
     where = f"{study.name}/{variant.id}"
     if variant.kind == "torch":
-        from kernelbook import kinds
-        from kernelbook.build import CompileError
+        from kernelbook.build.nvcc import CompileError
+        from kernelbook.build import triton as kinds
 
         try:
             return Kernel("torch", kinds.entry_function(root, variant))
@@ -131,7 +131,7 @@ def kernel_launcher(kernel: Kernel, study: Study, variant: Variant, sizes, case)
     geometry (None for a torch variant, which launches its own kernels)."""
     where = f"{study.name}/{variant.id}"
     if kernel.kind == "torch":
-        from kernelbook import kinds
+        from kernelbook.build import triton as kinds
 
         try:
             run = kernel.fn(kinds.torch_case(case, study.params), **variant.defines)

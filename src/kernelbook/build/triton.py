@@ -26,7 +26,7 @@ from types import ModuleType
 from typing import Any
 
 from kernelbook import problems
-from kernelbook.build import BuildResult, CompileError, parse_ptxas, sass_of
+from kernelbook.build.nvcc import BuildResult, CompileError, parse_ptxas, sass_of
 from kernelbook.config import Variant
 
 TRITON_LAUNCH = ("NUM_WARPS", "NUM_STAGES")

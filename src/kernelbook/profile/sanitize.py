@@ -94,7 +94,7 @@ def sanitize_variant(
     so each tool gets a ``not_run`` row instead. ``expect``: the declared variant's
     `expect` (a negative control's findings are ``expected``, not ``findings``)."""
     from kernelbook import gpu, problems
-    from kernelbook.build import sha256_source
+    from kernelbook.build.nvcc import sha256_source
     from kernelbook.cli import launch_command
 
     problem = problems.get(study.problem)

@@ -32,7 +32,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kernelbook import figures, problems, publish, quality, tables, tune
+from kernelbook import problems, tables, tune
+from kernelbook.report import figures, publish, quality
 
 # One list of a study's tables, kept where publishing is (it copies exactly these).
 TABLES = publish.DATA_TABLES
@@ -138,7 +139,7 @@ def leading_comment(text: str) -> str:
 
 def study_meta(study, root: str | Path) -> dict:
     """What the page needs from a resolved study (kernelbook.config.Study), as plain JSON."""
-    from kernelbook.build import sha256_source
+    from kernelbook.build.nvcc import sha256_source
 
     root = Path(root)
     problem = problems.get(study.problem)
@@ -679,7 +680,7 @@ def attention(data: StudyData, stale: list[dict] | None = None) -> list[str]:
                     else ""
                 )
             )
-    from kernelbook.publish import ADDED
+    from kernelbook.report.publish import ADDED
 
     for s in stale or []:
         detail = f" ({_esc(s['detail'])})" if s.get("detail") else ""
@@ -1241,7 +1242,7 @@ def _variant_section(data, v, prev, head, base, unit, fom) -> list[str]:
                 parts.append(f"{fmt(p)} {label}, measured {fmt(got)} ({fmt(got / p, 3)}x)")
         L += ["**Prediction.** " + "; ".join(parts) + ".", ""]
     if r is not None and _float(r.get("predicted_ms")) is not None:
-        # the three-term model (kernelbook.regimes), from the device table
+        # the three-term model (kernelbook.report.regimes), from the device table
         got = _float(r.get("median_ms"))
         L += [
             f"**Model at {size}.** {fmt(r['predicted_ms'])} ms, {r.get('predicted_bound')}-bound"
@@ -1459,13 +1460,13 @@ def parse_tables(md_text: str) -> list[list[dict[str, str]]]:
 
 
 # ------------------------------------------------------------------------------------------
-# python -m kernelbook.worklog meta STUDY --out FILE   (the study_meta rule)
+# python -m kernelbook.report.worklog meta STUDY --out FILE   (the study_meta rule)
 
 
 def main(argv=None) -> int:
     from kernelbook import config as cfg
 
-    p = argparse.ArgumentParser(prog="python -m kernelbook.worklog")
+    p = argparse.ArgumentParser(prog="python -m kernelbook.report.worklog")
     p.add_argument("--configfile", default="config/config.yaml")
     p.add_argument("--settings", help="JSON overriding keys of the config file")
     sub = p.add_subparsers(dest="command", required=True)

@@ -68,7 +68,7 @@ def drift_of(samples: Sequence[float] | np.ndarray) -> tuple[float, float]:
 
 @dataclass(frozen=True)
 class Rule:
-    """The stopping rule's parameters (config ``timing``: see workflow/schemas)."""
+    """The stopping rule's parameters (config ``timing``: see src/kernelbook/schemas)."""
 
     min_samples: int = 10
     max_samples: int = 5000

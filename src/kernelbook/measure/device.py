@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kernelbook import gpu
-from kernelbook.timing import Timer
+from kernelbook.measure.timing import Timer
 
 # FP32 lanes per SM and dense BF16 tensor FLOP per clock per SM, by compute capability.
 # Hopper (9.0): 128 FP32 lanes; 1024 dense BF16 FMA per clock per SM in its tensor cores.
@@ -146,7 +146,7 @@ def measure_device(project, slot_uuid: str, log: Callable[[str], None] = print) 
         del src, dst
         cp.get_default_memory_pool().free_all_blocks()
 
-        from kernelbook import microbench
+        from kernelbook.measure import microbench
 
         for quantity, (gbps, method) in microbench.measure(
             timer, sms, int(props["l2CacheSize"]), int(project.settings["seed"])
@@ -196,7 +196,7 @@ def launch_overhead(timing: dict, timer: Timer) -> dict[str, tuple[float, str]]:
     """{quantity: (microseconds, method)}: the GPU time of an empty kernel (one thread), timed
     by the blocking-kernel Timer (no host time in a sample) through a plain launch and as one
     of ``graph_launches`` kernels of a CUDA graph (the graph's time over its kernels). The
-    floor of the overhead regime: kernelbook.regimes predicts with these."""
+    floor of the overhead regime: kernelbook.report.regimes predicts with these."""
     import cupy as cp
 
     kernel = cp.RawKernel(EMPTY_KERNEL, "kb_empty")
