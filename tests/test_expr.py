@@ -1,4 +1,4 @@
-"""kernelbook.config.expr: the safe evaluator behind grid/block/smem, requires, constraints, sizes."""
+"""kernelbook.config.expr: the safe evaluator behind grid, block, smem, requires, sizes."""
 
 from __future__ import annotations
 

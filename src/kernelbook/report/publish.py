@@ -12,10 +12,10 @@ Published measurements carry each kernel's source hash (source_sha256) and its c
 entry's hash (spec_sha256); :func:`stale` compares them with the current sources and config.
 
 Entry point for the rules (and anyone without the DAG):
-    python -m kernelbook.report.publish publish GPU/STUDY ...   copy results into worklogs/, re-index
-    python -m kernelbook.report.publish render GPU/STUDY ...    render published pages again from data/
-    python -m kernelbook.report.publish index                   regenerate worklogs/README.md
-    python -m kernelbook.report.publish check                   list stale published studies (exit 1)
+    python -m kernelbook.report.publish publish GPU/STUDY ... copy results into worklogs/, re-index
+    python -m kernelbook.report.publish render GPU/STUDY ...  render published pages again
+    python -m kernelbook.report.publish index                 regenerate worklogs/README.md
+    python -m kernelbook.report.publish check                 list stale studies (exit 1)
 """
 
 from __future__ import annotations

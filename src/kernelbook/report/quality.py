@@ -235,7 +235,8 @@ def main(argv=None) -> int:
             f"Before: the measurements published at {args.rev} (measured at {was}). After: "
             f"those in data/ (measured at {commit}).\n\n"
             + before_after(before, after, meta.get("headline"))
-            + f"\nRegenerate: `python -m kernelbook.report.quality before-after {args.rev} {folder}`\n"
+            + "\nRegenerate: `python -m kernelbook.report.quality before-after "
+            + f"{args.rev} {folder}`\n"
         )
         (folder / "before-after.md").write_text(text)
         print(f"{folder}/before-after.md")
