@@ -104,8 +104,8 @@ def load_kernel(root: Path, study: Study, variant: Variant, cubin: Path, smem=No
     """The variant's kernel, loaded from its cubin (or its torch entry, imported)."""
     where = f"{study.name}/{variant.id}"
     if variant.kind == "torch":
-        from kernelbook.build.nvcc import CompileError
         from kernelbook.build import triton as kinds
+        from kernelbook.build.nvcc import CompileError
 
         try:
             return Kernel("torch", kinds.entry_function(root, variant))
