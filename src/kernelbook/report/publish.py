@@ -30,18 +30,14 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-WORKLOGS = "worklogs"
-DATA_TABLES = (
-    "measurements",
-    "device",
-    "build",
-    "sass",
-    "profile",
-    "roofline",
-    "sanitizer",
-    "samples",
-    "stages",
+from kernelbook.layout import (
+    DATA_TABLES,
+    WORKLOGS,
+    published,
+    published_paths,
+    result_paths,
 )
+
 OPTIONAL = ("profile", "roofline", "sanitizer", "samples", "stages")
 # Read by the page only, not by a study's own figures notebook: the stages table holds the
 # time of the study_figures job, so it cannot be that job's input.
@@ -50,51 +46,6 @@ PAGE_ONLY = ("samples", "stages")
 
 class PublishError(RuntimeError):
     """Something to publish is missing; the message names the file."""
-
-
-def result_paths(results: str | Path, gpu: str, study: str) -> dict[str, Path]:
-    """Where a measuring run keeps a study's tables and its rendered worklog."""
-    r = Path(results)
-    here = r / gpu / study
-    return {
-        "measurements": here / "measurements.parquet",
-        "device": r / gpu / "device.parquet",
-        "build": r / "build" / study / "build.parquet",
-        "sass": r / "build" / study / "sass.parquet",
-        "profile": here / "profile.parquet",
-        "roofline": here / "roofline.parquet",
-        "sanitizer": here / "sanitizer.parquet",
-        "samples": here / "samples.parquet",
-        "stages": here / "stages.parquet",
-        "meta": r / "build" / study / "study.json",
-        "md": here / "worklog.md",
-        "html": here / "worklog.html",
-        "figures": here / "figures",
-    }
-
-
-def published_paths(worklogs: str | Path, gpu: str, study: str) -> dict[str, Path]:
-    """Where a published study keeps the same things."""
-    here = Path(worklogs) / gpu / study
-    out = {name: here / "data" / f"{name}.parquet" for name in DATA_TABLES}
-    out.update(
-        meta=here / "data" / "study.json",
-        md=here / "README.md",
-        html=here / "worklog.html",
-        figures=here / "figures",
-    )
-    return out
-
-
-def published(worklogs: str | Path = WORKLOGS) -> list[tuple[str, str]]:
-    """(gpu, study) of every published study: a folder with data/measurements.parquet."""
-    root = Path(worklogs)
-    if not root.is_dir():
-        return []
-    return sorted(
-        (p.parent.parent.parent.name, p.parent.parent.name)
-        for p in root.glob("*/*/data/measurements.parquet")
-    )
 
 
 def measured_dates(path: str | Path) -> tuple[str, str]:
