@@ -267,15 +267,15 @@ def test_facet_figure_against_s_per_d_and_causal(tmp_path):
 
 
 def test_launcher_runs_every_kernel_in_order_with_its_geometry(study, monkeypatch):
-    """bench.kernel_launcher on a variant of three kernels: one run() launches them in
+    """launch.kernel.kernel_launcher on a variant of three kernels: one run() launches them in
     order, each with its own grid, block and shared memory, on the same arguments; the
     row's geometry is the first kernel's."""
     from types import SimpleNamespace
 
-    from kernelbook.measure import bench
+    from kernelbook.launch import kernel as launch_kernel
 
     st, _ = study
-    monkeypatch.setattr(bench, "device_sm_count", lambda: 114)
+    monkeypatch.setattr(launch_kernel, "device_sm_count", lambda: 114)
     v = dataclasses.replace(st.variant("01_naive"), workspace=0)  # no device buffer here
     s = {"B": 2, "H": 16, "S": 1000, "D": 128, "causal": 1}
     calls = []
@@ -285,8 +285,8 @@ def test_launcher_runs_every_kernel_in_order_with_its_geometry(study, monkeypatc
             (i, grid, block, shared_mem, args)
         )
 
-    kernel = bench.Kernel("cuda", kernel_fn(0), None, (kernel_fn(1), kernel_fn(2)))
-    run, launch = bench.kernel_launcher(kernel, st, v, s, SimpleNamespace(args=("q", "k")))
+    kernel = launch_kernel.Kernel("cuda", kernel_fn(0), None, (kernel_fn(1), kernel_fn(2)))
+    run, launch = launch_kernel.kernel_launcher(kernel, st, v, s, SimpleNamespace(args=("q", "k")))
     run()
     expected = v.launches(s)
     assert launch == expected[0]
@@ -296,8 +296,8 @@ def test_launcher_runs_every_kernel_in_order_with_its_geometry(study, monkeypatc
     # a grid over the device's SMs takes the count the launcher asked the device for
     per_sm = dataclasses.replace(v, grid=("SM_COUNT", "B * H"), then=())
     calls.clear()
-    run, launch = bench.kernel_launcher(
-        bench.Kernel("cuda", kernel_fn(0)), st, per_sm, s, SimpleNamespace(args=())
+    run, launch = launch_kernel.kernel_launcher(
+        launch_kernel.Kernel("cuda", kernel_fn(0)), st, per_sm, s, SimpleNamespace(args=())
     )
     run()
     assert launch.grid == (114, 32, 1) and calls[0][1] == (114, 32, 1)

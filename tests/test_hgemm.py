@@ -19,6 +19,7 @@ from kernelbook import config as cfg
 from kernelbook import problems
 from kernelbook.build import nvcc as build
 from kernelbook.launch import driver as launch
+from kernelbook.profile import roofline
 
 FLAGS = ["-O3", "-lineinfo"]
 PROJECT = cfg.load_project_file(REPO / "config" / "config.yaml", overrides={"studies": ["hgemm"]})
@@ -248,8 +249,6 @@ def test_sm90a_kernels_compile_with_hopper_instructions(built, vid):
 def test_tensor_core_roofline_uses_model_flops_and_the_bf16_peak():
     import pandas as pd
 
-    from kernelbook.profile import ncu as profile
-
     mnk = 4096**3
     metrics = {
         "gpu__time_duration.sum": 0.25e6,  # 0.25 ms
@@ -290,19 +289,19 @@ def test_tensor_core_roofline_uses_model_flops_and_the_bf16_peak():
         }
     )
     p = problems.get("hgemm")
-    r = profile.roofline(rows, None, device, p.size_names, p.flops, tensor_flops=True).iloc[0]
+    r = roofline.roofline(rows, None, device, p.size_names, p.flops, tensor_flops=True).iloc[0]
     assert r["flop"] == 2 * mnk
     assert r["tflops"] == pytest.approx(2 * mnk / 0.25e-3 / 1e12)
     assert r["tensor_pipe_pct"] == 71.5
     assert r["hgmma_inst"] == 1e6 and r["hmma_inst"] == 0
     assert r["smem_bank_conflicts_ldsm"] == 0
     assert r["bound"] == "l1"  # L1: 1000 GB/s x 137 FLOP/B = 137 TFLOP/s < 990
-    plain = profile.roofline(rows, None, device, p.size_names, p.flops).iloc[0]
+    plain = roofline.roofline(rows, None, device, p.size_names, p.flops).iloc[0]
     assert plain["flop"] == 0 and plain["bound"] is None  # FP counters alone see nothing
     # a SIMT step: its FFMAs are counted, and not counted twice
     ffma = "sm__sass_thread_inst_executed_op_ffma_pred_on.sum"
     simt = rows.assign(value=rows["value"].where(rows["metric"] != ffma, float(mnk)))
-    r = profile.roofline(simt, None, device, p.size_names, p.flops, tensor_flops=True).iloc[0]
+    r = roofline.roofline(simt, None, device, p.size_names, p.flops, tensor_flops=True).iloc[0]
     assert r["flop"] == 2 * mnk
 
 

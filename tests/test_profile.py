@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from kernelbook.profile import ncu as profile
-from kernelbook.profile import sanitize
+from kernelbook.profile import roofline, sanitize
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 REPORT = FIXTURES / "sgemm_02_256.ncu-rep"
@@ -88,7 +88,7 @@ def test_the_report_becomes_a_roofline_row(report):
         }
         for name, (value, _) in m.items()
     ]
-    roof = profile.roofline(pd.DataFrame(rows), None, None, ("M", "N", "K"), lambda s: 2 * 256**3)
+    roof = roofline.roofline(pd.DataFrame(rows), None, None, ("M", "N", "K"), lambda s: 2 * 256**3)
     r = roof.iloc[0]
     assert abs(r["flop"] / r["flop_expected"] - 1) < 0.01
     assert r["ai_dram"] > r["ai_l2"] > r["ai_l1"] > 0
@@ -147,7 +147,7 @@ def test_roofline_arithmetic_on_known_values():
             "value": [4000.0, 5000.0, 20000.0, 60.0],
         }
     )
-    r = profile.roofline(
+    r = roofline.roofline(
         _profile_rows(KNOWN), meas, device, ("M", "N", "K"), lambda s: 2 * 1024**3
     ).iloc[0]
     flop = 2e9 + 1e8 + 5e7
@@ -171,10 +171,10 @@ def test_roofline_arithmetic_on_known_values():
 
 def test_bound_picks_the_lowest_roof():
     ceil = {"copy_gbps": 4000.0, "l2_gbps": 5000.0, "l1_gbps": 20000.0, "fp32_peak_tflops": 60.0}
-    assert profile.bound({"dram": 100.0, "l2": 50.0, "l1": 10.0}, ceil) == "compute"
-    assert profile.bound({"dram": 1.0, "l2": 50.0, "l1": 10.0}, ceil) == "dram"
-    assert profile.bound({"dram": None, "l2": None, "l1": None}, ceil) == "compute"
-    assert profile.bound({"dram": 1.0}, {}) is None
+    assert roofline.bound({"dram": 100.0, "l2": 50.0, "l1": 10.0}, ceil) == "compute"
+    assert roofline.bound({"dram": 1.0, "l2": 50.0, "l1": 10.0}, ceil) == "dram"
+    assert roofline.bound({"dram": None, "l2": None, "l1": None}, ceil) == "compute"
+    assert roofline.bound({"dram": 1.0}, {}) is None
 
 
 # ------------------------------------------------------------------------------------------
@@ -243,7 +243,7 @@ def test_gate_lists_unexplained_findings_only():
 def test_a_kernel_without_flops_has_no_flop_bound():
     moves = {k: v for k, v in KNOWN.items() if "_pred_on" not in k}
     device = pd.DataFrame({"quantity": ["copy_gbps", "fp32_peak_tflops"], "value": [4e3, 60.0]})
-    r = profile.roofline(_profile_rows(moves), None, device, ("M", "N", "K"), lambda s: 0).iloc[0]
+    r = roofline.roofline(_profile_rows(moves), None, device, ("M", "N", "K"), lambda s: 0).iloc[0]
     assert r["flop"] == 0 and r["ai_dram"] == 0
     assert r["dram_gbps"] == pytest.approx(400.0)
     assert r["bound"] is None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
-from kernelbook import gpu
+from kernelbook import provenance
 
 
 def _git(cwd, *args):
@@ -25,8 +25,8 @@ def test_a_tree_inside_another_repository_records_unknown(tmp_path, monkeypatch)
     _git(outer, "init", "-q")
     _git(outer, "add", "f")
     _git(outer, "commit", "-qm", "outer")
-    assert len(gpu.git_commit(outer)) == 40  # the outer repository's own commit
-    assert gpu.git_commit(tree) == "unknown"  # not the outer repository's commit
+    assert len(provenance.git_commit(outer)) == 40  # the outer repository's own commit
+    assert provenance.git_commit(tree) == "unknown"  # not the outer repository's commit
 
 
 def test_own_repository_and_explicit_commit(tmp_path, monkeypatch):
@@ -38,14 +38,14 @@ def test_own_repository_and_explicit_commit(tmp_path, monkeypatch):
     head = subprocess.run(
         ["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True
     ).stdout.strip()
-    assert gpu.git_commit(tmp_path) == head
+    assert provenance.git_commit(tmp_path) == head
     (tmp_path / "f").write_text("y")
-    assert gpu.git_commit(tmp_path) == head + "-dirty"
+    assert provenance.git_commit(tmp_path) == head + "-dirty"
     monkeypatch.setenv("KERNELBOOK_GIT_COMMIT", "abc123")
-    assert gpu.git_commit(tmp_path / "nowhere") == "abc123"
+    assert provenance.git_commit(tmp_path / "nowhere") == "abc123"
 
 
 def test_no_repository_records_unknown(tmp_path, monkeypatch):
     monkeypatch.delenv("KERNELBOOK_GIT_COMMIT", raising=False)
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
-    assert gpu.git_commit(tmp_path) == "unknown"
+    assert provenance.git_commit(tmp_path) == "unknown"

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from kernelbook import config as cfg
-from kernelbook import tables, tune
+from kernelbook import provenance, tables, tune
 from kernelbook.build import nvcc as build
 from kernelbook.problems import get as get_problem
 from kernelbook.tables import TableError
@@ -597,11 +597,10 @@ def test_tune_select_ignores_failed_even_if_faster():
 
 
 def test_git_commit_prefers_the_commit_named_by_the_environment(monkeypatch, tmp_path):
-    from kernelbook import gpu
 
     monkeypatch.setenv("KERNELBOOK_GIT_COMMIT", "0123abcd")
-    assert gpu.git_commit(Path(__file__).resolve().parents[1]) == "0123abcd"
+    assert provenance.git_commit(Path(__file__).resolve().parents[1]) == "0123abcd"
     monkeypatch.delenv("KERNELBOOK_GIT_COMMIT")
-    here = gpu.git_commit(Path(__file__).resolve().parents[1])
+    here = provenance.git_commit(Path(__file__).resolve().parents[1])
     assert re.fullmatch(r"[0-9a-f]{40}(-dirty)?", here), here
-    assert gpu.git_commit(tmp_path) == "unknown"  # no git, no variable
+    assert provenance.git_commit(tmp_path) == "unknown"  # no git, no variable

@@ -14,31 +14,10 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 from kernelbook import config as cfg
 from kernelbook import problems
-
-
-def launch_command(project, study, variant, size_label: str, cubin, *extra: str) -> list[str]:
-    """`kernelbook launch` for one variant at one size: what ncu and compute-sanitizer run."""
-    settings = json.dumps({**project.settings, "studies": [study.name]})
-    return [
-        sys.executable,
-        "-m",
-        "kernelbook",
-        "--settings",
-        settings,
-        "launch",
-        study.name,
-        variant.id,
-        "--size",
-        size_label,
-        "--cubin",
-        str(cubin),
-        *extra,
-    ]
 
 
 def _project(args) -> cfg.Project:
@@ -83,679 +62,81 @@ def cmd_list(args) -> int:
     return 0
 
 
+def _sizes(args) -> list[str] | None:
+    return list(args.size) if args.size else None
+
+
 def cmd_compile(args) -> int:
-    from kernelbook import gpu, tables
-    from kernelbook.build import nvcc as build
+    from kernelbook.build.job import compile_job
 
     project, study, variant = _study_variant(args)
-    s = project.settings
-    flags = list(s["nvcc_flags"]) if variant.kind == "cuda" else []
-    if variant.kind == "torch":
-        return _record_not_compiled(args, project, study, variant)
-    try:
-        if variant.kind == "triton":
-            from kernelbook.build import triton as kinds
-
-            res = kinds.compile_triton(
-                variant,
-                s["arch"],
-                project.root,
-                study.dtype,
-                study.problem,
-                Path(args.cubin),
-                s["timeouts"]["nvcc_s"],
-            )
-        else:
-            res = build.compile_variant(
-                variant, s["arch"], flags, project.root, Path(args.cubin), s["timeouts"]["nvcc_s"]
-            )
-    except build.CompileError as e:
-        if not args.record_failure:
-            raise
-        return _record_compile_failure(args, project, study, variant, flags, e)
-    r = res.resources
-    row = {
-        "study": study.name,
-        "variant": variant.id,
-        "tuned_from": variant.tuned_from,
-        "status": "ok",
-        "reason": None,
-        "kind": variant.kind,
-        "entry": variant.entry,
-        "source": variant.source,
-        "arch": variant.target(s["arch"]),
-        "registers": r.registers,
-        "barriers": r.barriers,
-        "smem_static_bytes": r.smem_static_bytes,
-        "stack_bytes": r.stack_bytes,
-        "spill_store_bytes": r.spill_store_bytes,
-        "spill_load_bytes": r.spill_load_bytes,
-        "cmem0_bytes": r.cmem0_bytes,
-        "smem_dynamic_bytes": getattr(res, "smem_dynamic", None),
-        "sass_instructions": sum(res.sass.values()),
-        "source_sha256": build.sha256_source(project.root / variant.source),
-        "spec_sha256": variant.spec_sha256(),
-        "cubin_sha256": build.sha256_file(args.cubin),
-        "defines": json.dumps(variant.defines),
-        "nvcc_flags": " ".join(flags + list(variant.nvcc_flags)),
-        "nvcc_version": res.nvcc_version,
-        "nvcc_command": " ".join(res.command),
-        "git_commit": gpu.git_commit(project.root),
-        "built_at": gpu.now(),
-    }
-    _eprint(res.log.strip())
-    _eprint(
-        f"{study.name}/{variant.id}: {r.registers} registers, {r.smem_static_bytes} B static smem, "
-        f"{r.spill_store_bytes}/{r.spill_load_bytes} B spilled, {row['sass_instructions']} SASS"
+    return compile_job(
+        project, study, variant, Path(args.cubin), args.build, args.sass, args.record_failure
     )
-    if args.build:
-        tables.write([row], args.build, "build")
-    if args.sass:
-        sass = [
-            {
-                "study": study.name,
-                "variant": variant.id,
-                "opcode": op,
-                "op": op.split(".")[0],
-                "count": n,
-            }
-            for op, n in sorted(res.sass.items())
-        ]
-        tables.write(sass, args.sass, "sass")
-    return 0
-
-
-def _record_not_compiled(args, project, study, variant) -> int:
-    """A torch variant has no compile step: its build row says so (no cubin, no SASS); the
-    cubin file is left empty, as for a failed build, so the DAG's files stay the same."""
-    import pandas as pd
-
-    from kernelbook import gpu, tables
-    from kernelbook.build import nvcc as build
-
-    cubin = Path(args.cubin)
-    cubin.parent.mkdir(parents=True, exist_ok=True)
-    cubin.write_bytes(b"")
-    row = {
-        "study": study.name,
-        "variant": variant.id,
-        "tuned_from": variant.tuned_from,
-        "status": "not_compiled",
-        "reason": "torch variant: no compile step (torch launches its own kernels; no cubin, "
-        "no SASS)",
-        "kind": variant.kind,
-        "entry": variant.entry,
-        "source": variant.source,
-        "arch": project.settings["arch"],
-        "source_sha256": build.sha256_source(project.root / variant.source),
-        "spec_sha256": variant.spec_sha256(),
-        "cubin_sha256": "",
-        "defines": json.dumps(variant.defines),
-        "nvcc_flags": "",
-        "nvcc_version": "",
-        "nvcc_command": "",
-        "git_commit": gpu.git_commit(project.root),
-        "built_at": gpu.now(),
-    }
-    _eprint(f"{study.name}/{variant.id}: {row['reason']}")
-    if args.build:
-        tables.write([row], args.build, "build")
-    if args.sass:
-        tables.write(pd.DataFrame(columns=tables.schema("sass").names), args.sass, "sass")
-    return 0
-
-
-def _record_compile_failure(args, project, study, variant, flags, error) -> int:
-    """A variant that does not compile still gets its outputs: a failed build row with
-    nvcc's message, an empty SASS table and an empty cubin (which bench, profile and
-    sanitize recognise through the build row), so the study's tables and page are made
-    and the bench gate reports it at the end of the run."""
-    import pandas as pd
-
-    from kernelbook import gpu, tables
-    from kernelbook.build import nvcc as build
-
-    _eprint(f"kernelbook: error: {error}")
-    _eprint(f"{study.name}/{variant.id}: recorded as a failed build; the run goes on")
-    source = project.root / variant.source
-    cubin = Path(args.cubin)
-    cubin.parent.mkdir(parents=True, exist_ok=True)
-    cubin.write_bytes(b"")
-    if variant.kind == "triton":
-        from kernelbook.build import triton as kinds
-
-        try:
-            version = f"triton {kinds.triton_version()}"
-        except build.CompileError:
-            version = "unknown"
-        cmd = [f"triton.compile({variant.entry}) for {project.settings['arch']}"]
-    else:
-        try:
-            version = build.nvcc_version()
-        except build.CompileError:
-            version = "unknown"
-        cmd = build.nvcc_command(variant, project.settings["arch"], flags, source, cubin)
-    row = {
-        "study": study.name,
-        "variant": variant.id,
-        "tuned_from": variant.tuned_from,
-        "status": "failed",
-        "reason": f"compile: {error}",
-        "kind": variant.kind,
-        "entry": variant.entry,
-        "source": variant.source,
-        "arch": variant.target(project.settings["arch"]),
-        "source_sha256": build.sha256_source(source) if source.is_file() else "",
-        "spec_sha256": variant.spec_sha256(),
-        "cubin_sha256": "",
-        "defines": json.dumps(variant.defines),
-        "nvcc_flags": " ".join(flags + list(variant.nvcc_flags)),
-        "nvcc_version": version,
-        "nvcc_command": " ".join(cmd),
-        "git_commit": gpu.git_commit(project.root),
-        "built_at": gpu.now(),
-    }
-    if args.build:
-        tables.write([row], args.build, "build")
-    if args.sass:
-        tables.write(pd.DataFrame(columns=tables.schema("sass").names), args.sass, "sass")
-    return 0
 
 
 def cmd_bench(args) -> int:
-    from kernelbook import gpu, tables
-    from kernelbook.build import nvcc as build
-    from kernelbook.measure import bench
+    from kernelbook.measure.job import bench_job
 
     project, study, variant = _study_variant(args)
-    problem = problems.get(study.problem)
-    sizes = None
-    if args.size:
-        try:
-            sizes = [problem.parse_size(t) for t in args.size]
-        except ValueError as e:
-            raise cfg.ConfigError(str(e)) from None
-    if variant.is_tuned:
-        return _bench_tuned_sweep(args, project, study, variant, sizes)
-    slot = gpu.acquire_slot()
-    flags = _nvcc_flags(project, variant)
-    with tempfile.TemporaryDirectory() as tmp:
-        if args.cubin:
-            build_row = tables.read(args.build_table).iloc[0] if args.build_table else None
-            failed = None
-            if build_row is not None and build_row.get("status") == "failed":
-                failed = str(build_row["reason"]).removeprefix("compile: ")
-            if build_row is None and variant.kind != "cuda":
-                build_row = _sibling_build_row(Path(args.cubin))
-            info = bench.BuildInfo(
-                Path(args.cubin),
-                build_row["nvcc_version"] if build_row is not None else build.nvcc_version(),
-                flags,
-                failed=failed,
-                smem=_row_smem(build_row),
-            )
-        else:
-            info = _compile_now(project, study, variant, Path(tmp) / f"{variant.id}.cubin")
-        samples: list[dict] = []
-        rows = bench.bench_variant(
-            project,
-            study,
-            variant,
-            info,
-            slot.uuid,
-            sizes=sizes,
-            tolerate_failure=args.record_failure,
-            samples=samples,
-        )
-    return _finish_bench(args, rows, problem, samples)
-
-
-def _compile_now(project, study, variant, cubin: Path):
-    """Build a variant for a command run outside the pipeline (bench, launch without
-    --cubin): nvcc or Triton into ``cubin``; a torch variant has nothing to build."""
-    from kernelbook.build import nvcc as build
-    from kernelbook.measure import bench
-
-    s = project.settings
-    flags = _nvcc_flags(project, variant)
-    if variant.kind == "torch":
-        return bench.BuildInfo(cubin, "", "")
-    if variant.kind == "triton":
-        from kernelbook.build import triton as kinds
-
-        res = kinds.compile_triton(
-            variant, s["arch"], project.root, study.dtype, study.problem, cubin, _nvcc_timeout(s)
-        )
-        return bench.BuildInfo(cubin, res.nvcc_version, "", smem=res.smem_dynamic)
-    res = build.compile_variant(
-        variant, s["arch"], list(s["nvcc_flags"]), project.root, cubin, _nvcc_timeout(s)
-    )
-    return bench.BuildInfo(cubin, res.nvcc_version, flags)
-
-
-def _sibling_build_row(cubin: Path):
-    """The build row the compile job wrote beside a cubin (None where there is none)."""
-    from kernelbook import tables
-
-    path = cubin.parent / "build.parquet"
-    return tables.read(path).iloc[0] if path.is_file() else None
-
-
-def _row_smem(build_row) -> int | None:
-    import pandas as pd
-
-    if build_row is None:
-        return None
-    v = build_row.get("smem_dynamic_bytes")
-    return None if v is None or pd.isna(v) else int(v)
-
-
-def _finish_bench(args, rows, problem, samples) -> int:
-    """Write and print a job's rows; after a crash or a hang, leave without the clean-up
-    that would wait on the lost device (the rows are on disk by then)."""
-    import pandas as pd
-
-    from kernelbook import tables
-    from kernelbook.measure import bench
-
-    if args.samples_out:  # none when the variant failed before any timing
-        tables.write(
-            samples or pd.DataFrame(columns=tables.schema("samples").names),
-            args.samples_out,
-            "samples",
-        )
-    if args.out:
-        tables.write(rows, args.out, "measurements", problem.size_names)
-    _print_rows(rows, problem)
-    failed = [r for r in rows if r["status"] == "failed"]
-    if failed:
-        _eprint(
-            f"{len(failed)} size(s) failed ({', '.join(sorted({r['failure'] for r in failed}))}): "
-            "recorded as failed rows; the bench gate reports them at the end of the run"
-        )
-    if bench.device_lost(rows):
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
-    return 0
-
-
-def _nvcc_timeout(settings) -> float:
-    return float(settings.get("timeouts", {}).get("nvcc_s", 600))
-
-
-def _bench_tuned_sweep(args, project, study, variant, sizes) -> int:
-    """An autotuned variant's own job: each tune size's winner is timed again at that size
-    (confirmation: the published row is this re-timing, not the best of many candidates'
-    own, so the pick does not lean to the luckiest), and the winner at the pick size
-    (tune.sweep_pick) runs at the other sizes; rows are labelled as the tuned variant."""
-    from kernelbook import gpu, tables, tune
-    from kernelbook.measure import bench
-
-    problem = problems.get(study.problem)
-    if not (args.tuned_table and args.build_dir):
-        raise cfg.ConfigError(
-            f"{study.name}/{variant.id} is autotuned: bench one of its candidates "
-            f"({', '.join(variant.candidates[:3])}, ...), or give --tuned-table and --build-dir "
-            "to confirm its winners and run them at the sizes they were not tuned at"
-        )
-    selection = tables.read(args.tuned_table)
-    won = tune.winners(selection)
-    selected_ms = tune.selected_ms(selection)
-    if sizes is None:
-        plan = tune.winner_runs(study, variant, won)
-    else:  # --size: the pick size's winner at the sizes asked for
-        pick = problem.label(tune.sweep_pick(study, variant))
-        plan = [(won[pick], sizes)] if pick in won else [(None, sizes)]
-    slot = gpu.acquire_slot()
-    rows: list[dict] = []
-    samples: list[dict] = []
-    for cand, run_sizes in plan:
-        if cand is not None:
-            run = study.variant(cand)
-            cubin = Path(args.build_dir) / cand / "kernel.cubin"
-            build_row = tables.read(cubin.parent / "build.parquet").iloc[0]
-            info = bench.BuildInfo(
-                cubin,
-                build_row["nvcc_version"],
-                _nvcc_flags(project, run),
-                smem=_row_smem(build_row),
-            )
-        else:
-            pick = problem.label(tune.sweep_pick(study, variant))
-            why = (
-                f"{study.name}/{variant.id}: no candidate ran correctly at {pick} "
-                f"({args.tuned_table}), so there is no winner to run at the other sizes"
-            )
-            if not args.record_failure:
-                raise cfg.ConfigError(why)
-            run = variant
-            info = bench.BuildInfo(
-                Path(args.tuned_table), "", _nvcc_flags(project, variant), why, "no_winner"
-            )
-        got = bench.bench_variant(
-            project,
-            study,
-            run,
-            info,
-            slot.uuid,
-            sizes=run_sizes,
-            tolerate_failure=args.record_failure,
-            samples=samples,
-        )
-        for r in got:
-            r.update(variant=variant.id, variant_kind="tuned", tuned_from=cand)
-            if cand is not None and won.get(r["size"]) == cand:
-                r["selected_median_ms"] = selected_ms.get(r["size"])
-        rows += got
-        if bench.device_lost(got):
-            break
-    # samples are labelled with the candidate that ran, as its own jobs' samples
-    return _finish_bench(args, rows, problem, samples)
-
-
-def _nvcc_flags(project, variant) -> str:
-    if variant.kind != "cuda":
-        return ""
-    return " ".join(list(project.settings["nvcc_flags"]) + list(variant.nvcc_flags))
-
-
-def _print_rows(rows, problem):
-    cols = ("size", "status", "median ms", "TFLOP/s", "GB/s", "base ms", "% base", "rel err")
-    widths = (16, 8, 10, 8, 8, 9, 7, 8)
-    head = " ".join(f"{c:>{w}}" for c, w in zip(cols, widths, strict=True))
-    print(head)
-    for r in rows:
-        if r["status"] != "ok":
-            print(f"{r['size']:>16} {r['status']:>8}  {r['reason']}")
-            continue
-        print(
-            f"{r['size']:>16} {r['status']:>8} {r['median_ms']:10.4f} {r['tflops']:8.2f} "
-            f"{r['gbps']:8.1f} {r['baseline_median_ms']:9.4f} {r['pct_of_baseline']:7.1f} "
-            f"{r['rel_err']:8.1e}" + ("  throttled" if r["throttled"] else "")
-        )
+    return bench_job(
+        project, study, variant, _sizes(args), cubin=args.cubin, build_table=args.build_table,
+        out=args.out, samples_out=args.samples_out, tuned_table=args.tuned_table,
+        build_dir=args.build_dir, record_failure=args.record_failure,
+    )  # fmt: skip
 
 
 def cmd_launch(args) -> int:
     """Launch one variant at one size a few times: the target of ncu and compute-sanitizer."""
-    from kernelbook import gpu
+    from kernelbook.launch.process import launch_variant
 
     project, study, variant = _study_variant(args)
-    problem = problems.get(study.problem)
-    try:
-        sizes = problem.parse_size(args.size)
-    except ValueError as e:
-        raise cfg.ConfigError(str(e)) from None
-    if os.environ.get("KERNELBOOK_SLOT_HELD") != "1":
-        gpu.acquire_slot()  # a parent (profile, sanitize) that holds the GPU sets the flag
-    import cupy as cp
-
-    if args.exact:
-        # Plain cudaMalloc per array, no guard bands: compute-sanitizer's memcheck then sees
-        # an access past an array's end as outside its allocation.
-        cp.cuda.set_allocator(None)
-    from kernelbook.measure import bench
-
-    with tempfile.TemporaryDirectory() as tmp:
-        if args.cubin:
-            cubin = Path(args.cubin)
-            smem = _row_smem(_sibling_build_row(cubin)) if variant.kind == "triton" else None
-        else:
-            info = _compile_now(project, study, variant, Path(tmp) / "kernel.cubin")
-            cubin, smem = info.cubin, info.smem
-        case = problem.setup(
-            sizes,
-            study.dtype,
-            study.params,
-            project.settings["seed"],
-            guard=0 if args.exact else 64 * 1024,
-            computes=variant.computes,
-            reference=args.check,
-        )
-        kernel = bench.load_kernel(project.root, study, variant, cubin, smem)
-        run, launch = bench.kernel_launcher(kernel, study, variant, sizes, case)
-        limit = float(project.settings["timeouts"]["launch_s"])
-        where = f"{study.name}/{variant.id} at {problem.label(sizes)}"
-        nvtx = _nvtx_range()
-        for i in range(args.repeat):
-            case.reset()
-            with nvtx(NVTX_RANGE):  # ncu profiles the kernels inside this range only
-                run()
-            _wait_or_leave(cp, limit, where)
-            if args.check and i == 0:
-                tol = study.tolerance or problem.tolerance(sizes, study.dtype)
-                r = problem.check(case, tol, f"{study.name}/{variant.id} at {args.size}")
-                _eprint(f"correct: rel_err {r.rel_err:.2e}")
-    geometry = (
-        f"grid {launch.grid}, block {launch.block}, smem {launch.smem}"
-        if launch
-        else "torch's own kernels"
+    return launch_variant(
+        project, study, variant, args.size, args.cubin, args.repeat, args.check, args.exact
     )
-    _eprint(
-        f"{study.name}/{variant.id}: launched {args.repeat}x at {problem.label(sizes)}, {geometry}"
-    )
-    return 0
-
-
-NVTX_RANGE = "kernelbook_variant"  # the range ncu's --nvtx-include selects (profile.py)
-
-
-def _nvtx_range():
-    """A context manager pushing an NVTX range (torch's, which needs no other package)."""
-    import contextlib
-
-    try:
-        import torch
-
-        return torch.cuda.nvtx.range
-    except Exception:
-        return lambda name: contextlib.nullcontext()
-
-
-def _wait_or_leave(cp, limit: float, where: str) -> None:
-    """Wait for the launch, at most ``limit`` seconds (timeouts.launch_s): a hung kernel
-    cannot be stopped from inside, so the process leaves (exit 124) and takes it along."""
-    import time
-
-    done = cp.cuda.Event(disable_timing=True)
-    done.record()
-    start = time.monotonic()
-    while not done.done:
-        if time.monotonic() - start > limit:
-            _eprint(
-                f"kernelbook: error: {where}: launch still running after {limit:g} s "
-                "(timeouts.launch_s); hang?"
-            )
-            sys.stderr.flush()
-            os._exit(124)
-        time.sleep(0.001)
-    cp.cuda.runtime.deviceSynchronize()  # raises the launch's error, if any
-
-
-def _targets(args, project, study, variant, sizes):
-    """(variant to run, cubin, sizes) pairs; a tuned variant runs the candidate that won."""
-    build_dir = Path(args.build_dir)
-    if not variant.is_tuned:
-        cubin = Path(args.cubin) if args.cubin else build_dir / variant.id / "kernel.cubin"
-        return [(variant, cubin, sizes)]
-    from kernelbook import tables, tune
-
-    if not args.tuned_table:
-        raise cfg.ConfigError(f"{study.name}/{variant.id} is autotuned: give --tuned-table")
-    won = tune.winners(tables.read(args.tuned_table))
-    problem = problems.get(study.problem)
-    out = []
-    for s in sizes:
-        cand = won.get(problem.label(s))
-        if cand is None:
-            _eprint(
-                f"{study.name}/{variant.id}: no winning candidate at {problem.label(s)}; skipped"
-            )
-            continue
-        out.append((study.variant(cand), build_dir / cand / "kernel.cubin", [s]))
-    return out
-
-
-def _bench_failures(args, study) -> dict[str, tuple[str, str]]:
-    """Size label -> (kind, reason) of the sizes the variant's bench table records failed."""
-    if not getattr(args, "bench_table", None):
-        return {}
-    from kernelbook import gate, tables
-
-    df = tables.read(args.bench_table)
-    return {
-        r["size"]: (gate.failure_kind(r), str(r["reason"]))
-        for _, r in df.iterrows()
-        if r["status"] == "failed"
-    }
 
 
 def cmd_profile(args) -> int:
-    from kernelbook import gpu, tables
-    from kernelbook.profile import ncu as profile
+    from kernelbook.profile.job import profile_job
 
     project, study, variant = _study_variant(args)
-    failed = _bench_failures(args, study)
-    slot = gpu.acquire_slot(preload=())
-    rows = []
-    for run, cubin, sizes in _targets(args, project, study, variant, list(study.profile_sizes)):
-        part = profile.profile_variant(
-            project, study, run, cubin, sizes, Path(args.reports), slot.uuid, skip=failed
-        )
-        rows += [{**r, "variant": variant.id} for r in part]
-    if not rows:
-        import pandas as pd
-
-        rows = pd.DataFrame(columns=tables.schema("profile", study.size_names).names)
-    tables.write(rows, args.out, "profile", study.size_names)
-    return 0
+    return profile_job(
+        project, study, variant, args.out, args.reports, args.build_dir,
+        cubin=args.cubin, tuned_table=args.tuned_table, bench_table=args.bench_table,
+    )  # fmt: skip
 
 
 def cmd_sanitize(args) -> int:
-    from kernelbook import gpu, tables
-    from kernelbook.profile import sanitize
+    from kernelbook.profile.job import sanitize_job
 
     project, study, variant = _study_variant(args)
-    failed = _bench_failures(args, study)
-    lost = next(((k, r) for k, r in failed.values() if k in sanitize.NOT_RERUN), None)
-    slot = gpu.acquire_slot(preload=())
-    if variant.is_tuned:
-        headline = study.headline or study.profile_sizes[0]
-        targets = _targets(args, project, study, variant, [headline])
-    else:
-        targets = _targets(args, project, study, variant, [])
-    rows = []
-    for run, cubin, _ in targets:
-        size = study.sanitize_size_for(run)
-        if size is None:
-            _eprint(f"{study.name}/{run.id}: no size it can run at; not sanitized")
-            continue
-        part = sanitize.sanitize_variant(
-            project,
-            study,
-            run,
-            cubin,
-            size,
-            slot.uuid,
-            tools=study.sanitize_tools,
-            skip=lost,
-            expect=variant.expect,
-        )
-        rows += [{**r, "variant": variant.id} for r in part]
-    if not rows:
-        import pandas as pd
-
-        rows = pd.DataFrame(columns=tables.schema("sanitizer", study.size_names).names)
-    tables.write(rows, args.out, "sanitizer", study.size_names)
-    return 0
+    return sanitize_job(
+        project, study, variant, args.out, args.build_dir,
+        cubin=args.cubin, tuned_table=args.tuned_table, bench_table=args.bench_table,
+    )  # fmt: skip
 
 
 def cmd_roofline(args) -> int:
-    import pandas as pd
+    from kernelbook.profile.job import roofline_job
 
-    from kernelbook import tables
-    from kernelbook.profile import ncu as profile
-
-    project = _project(args)
-    study = project.study(args.study)
-    prof = tables.read(args.profile)
-    meas = tables.read(args.measurements) if args.measurements else None
-    dev = tables.read(args.device) if args.device else None
-    problem = problems.get(study.problem)
-    out = profile.roofline(
-        prof, meas, dev, study.size_names, problem.flops, tensor_flops=problem.peak != "fp32"
-    )
-    if out.empty:  # nothing profiled (every variant failed or was not run)
-        out = pd.DataFrame(columns=tables.schema("roofline", study.size_names).names)
-    tables.write(out, args.out, "roofline", study.size_names)
-    return 0
+    study = _project(args).study(args.study)
+    return roofline_job(study, args.profile, args.out, args.measurements, args.device)
 
 
 def cmd_sanitize_gate(args) -> int:
-    from kernelbook import tables
-    from kernelbook.profile import sanitize
+    from kernelbook.profile.job import sanitize_gate
 
-    table = tables.read(args.table)
     project = _project(args)
-    study = _load_study(args, project, args.study)
-    problems_found = sanitize.gate(table, args.study, {v.id: v.expect for v in study.variants})
-    if problems_found:
-        raise SanitizerFindings(
-            f"{args.study}: compute-sanitizer findings not marked as known (add known_findings "
-            "with the reason to the variant's config entry if they are understood):\n  "
-            + "\n  ".join(problems_found)
-        )
-    known = int((table["verdict"] == "known").sum())
-    Path(args.out).write_text(
-        f"{args.study}: {table['variant'].nunique()} variants x {table['tool'].nunique()} tools "
-        f"clean ({known} known findings)\n"
-    )
-    return 0
-
-
-class SanitizerFindings(RuntimeError):
-    """A study has sanitizer findings its config does not explain."""
-
-
-class GateFailed(RuntimeError):
-    """A study has failures its config does not declare (``expect:``)."""
+    return sanitize_gate(_load_study(args, project, args.study), args.table, args.out)
 
 
 def cmd_gate(args) -> int:
     """The bench gate (or, without a GPU, the build gate) of one study."""
-    from kernelbook import gate, tables
+    from kernelbook import gate
 
     project = _project(args)
     study = _load_study(args, project, args.study)
-    expects = {v.id: v.expect for v in study.variants}
-
-    def read(path):
-        return tables.read(path) if path else None
-
-    found = gate.failures(
-        study.name,
-        expects,
-        build=read(args.build),
-        measurements=read(args.measurements),
-        profile=read(args.profile),
-    )
-    where = args.measurements or args.build
-    text = gate.summary(study.name, found, where)
-    if any(not f.expected for f in found):
-        raise GateFailed(text)
-    expected = [f for f in found if f.expected]
-    Path(args.out).write_text(
-        f"{study.name}: no unexpected failures"
-        + (
-            f"; {len(expected)} expected failure(s) of negative controls:\n  "
-            + "\n  ".join(f.line() for f in expected)
-            if expected
-            else ""
-        )
-        + "\n"
-    )
-    _eprint(Path(args.out).read_text().strip())
-    return 0
+    return gate.gate_job(study, args.out, args.build, args.measurements, args.profile)
 
 
 def cmd_check(args) -> int:
@@ -891,7 +272,7 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument("study")
         s.add_argument("variant")
         s.add_argument("--out", required=True)
-        s.add_argument("--build-dir", required=True, help="results/build/<study>")
+        s.add_argument("--build-dir", required=True, help="the study's build folder (results/build/<study>)")
         s.add_argument("--cubin", help="default: <build-dir>/<variant>/kernel.cubin")
         s.add_argument("--tuned-table", help="for an autotuned variant: its tuned table")
         s.add_argument(
@@ -966,10 +347,12 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     from kernelbook.build.nvcc import CompileError
+    from kernelbook.gate import GateFailed
     from kernelbook.gpu import NoGpu
-    from kernelbook.measure.bench import Crash, KernelFailure
+    from kernelbook.launch.kernel import Crash, KernelFailure
     from kernelbook.measure.timing import DeviceFault, Hang, TimingError
     from kernelbook.problems.base import CheckError
+    from kernelbook.profile.job import SanitizerFindings
     from kernelbook.profile.ncu import ProfileError
     from kernelbook.profile.sanitize import SanitizeError
     from kernelbook.tables import TableError

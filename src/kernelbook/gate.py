@@ -9,6 +9,7 @@ gate when they pass or fail otherwise.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -151,3 +152,37 @@ def summary(study: str, found: list[Failure], tables: str = "") -> str:
     if len(bad) > MAX_LINES:
         lines.append(f"... and {len(bad) - MAX_LINES} more")
     return head + ("\n  " + "\n  ".join(lines) if lines else "")
+
+
+class GateFailed(RuntimeError):
+    """A study has failures its config does not declare (``expect:``)."""
+
+
+def gate_job(study, out, build=None, measurements=None, profile=None) -> int:
+    """The bench gate (or, without a GPU, the build gate) of one study: ``out`` is written
+    when every failure is one its config expects, else GateFailed says what failed."""
+    from pathlib import Path
+
+    from kernelbook import tables
+
+    def read(path):
+        return tables.read(path) if path else None
+
+    found = failures(
+        study.name,
+        {v.id: v.expect for v in study.variants},
+        build=read(build),
+        measurements=read(measurements),
+        profile=read(profile),
+    )
+    text = summary(study.name, found, measurements or build)
+    if any(not f.expected for f in found):
+        raise GateFailed(text)
+    expected = [f for f in found if f.expected]
+    said = f"{study.name}: no unexpected failures"
+    if expected:
+        said += f"; {len(expected)} expected failure(s) of negative controls:\n  "
+        said += "\n  ".join(f.line() for f in expected)
+    Path(out).write_text(said + "\n")
+    print(said, file=sys.stderr, flush=True)
+    return 0

@@ -6,15 +6,14 @@ import fcntl
 import os
 import re
 import socket
-import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
 import kernelbook
+from kernelbook.provenance import git_commit
 
 # GPU locks must live on this node's own disk or memory: a folder shared between nodes
 # would make jobs on different hosts wait on each other's GPUs (or, where flock is not
@@ -394,48 +393,6 @@ def cuda_provenance(uuid: str) -> dict:
 
 def _cuda_version_text(v: int) -> str:
     return f"{v // 1000}.{(v % 1000) // 10}"
-
-
-def git_commit(root: Path) -> str:
-    """The commit measured: KERNELBOOK_GIT_COMMIT if set (a tree copied to a GPU host may
-    carry a .git whose HEAD is not the code that was sent), else the HEAD (+ -dirty) of the
-    repository whose top level is ``root``, else 'unknown'."""
-    env = os.environ.get("KERNELBOOK_GIT_COMMIT")
-    if env:
-        return env
-    try:
-        # The project's own repository only: a tree without .git placed inside another
-        # repository must not record the outer repository's commit.
-        top = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "--show-toplevel"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-        if top.returncode != 0 or Path(top.stdout.strip()).resolve() != Path(root).resolve():
-            return "unknown"
-        out = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-        if out.returncode == 0:
-            commit = out.stdout.strip()
-            dirty = subprocess.run(
-                ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                capture_output=True,
-                text=True,
-                timeout=10,
-            ).stdout.strip()
-            return commit + ("-dirty" if dirty else "")
-    except (OSError, subprocess.TimeoutExpired):
-        pass
-    return "unknown"
-
-
-def now() -> datetime:
-    return datetime.now(timezone.utc)
 
 
 def host_provenance(root: Path) -> dict:

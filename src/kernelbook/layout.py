@@ -103,9 +103,9 @@ def log(study: str, *parts: str, results: str | Path = RESULTS) -> str:
     return _join(results, LOGS, study, *parts)
 
 
-def run_log(name: str, results: str | Path = RESULTS) -> str:
+def run_log(*parts: str, results: str | Path = RESULTS) -> str:
     """A log of the whole run, not of one study (publish.log, device/<gpu>.log)."""
-    return _join(results, LOGS, name)
+    return _join(results, LOGS, *parts)
 
 
 def benchmarks_dir(results: str | Path = RESULTS) -> str:
@@ -116,6 +116,11 @@ def benchmark(rule: str, side: str, study: str, job: str, results: str | Path = 
     """Snakemake's benchmark file of one job: side is the <gpu>, or 'build' for no-GPU rules;
     job is the variant, or 'all' for a study's aggregate."""
     return _join(results, BENCHMARKS, rule, side, study, f"{job}.tsv")
+
+
+def device_benchmark(gpu: str, results: str | Path = RESULTS) -> str:
+    """The device job's benchmark file (one a GPU, of no study)."""
+    return _join(results, BENCHMARKS, "device", gpu, "device.tsv")
 
 
 # -- the tables a page is made from --------------------------------------------------------
@@ -172,3 +177,38 @@ def published(worklogs: str | Path = WORKLOGS) -> list[tuple[str, str]]:
 
 def index_page(worklogs: str | Path = WORKLOGS) -> Path:
     return Path(worklogs) / "README.md"
+
+
+_RESULT_PATHS = frozenset(
+    {
+        "build_dir",
+        "build_file",
+        "job_build_file",
+        "device_table",
+        "study_dir",
+        "study_file",
+        "job_table",
+        "samples_dir",
+        "samples_table",
+        "job_file",
+        "log",
+        "run_log",
+        "benchmarks_dir",
+        "benchmark",
+        "device_benchmark",
+    }
+)
+
+
+class Results:
+    """The results/ paths of one results folder (config ``results``): ``Results(r).bench``
+    is ``bench(..., results=r)``, as the rules use them."""
+
+    def __init__(self, root: str | Path = RESULTS):
+        self.root = str(root)
+
+    def __getattr__(self, name: str):
+        if name not in _RESULT_PATHS:
+            raise AttributeError(name)
+        fn = globals()[name]
+        return lambda *parts: fn(*parts, results=self.root)

@@ -9,15 +9,15 @@
 
 rule bench:
     input:
-        cubin=f"{R}/build/{{study}}/{{variant}}/kernel.cubin",
-        build=f"{R}/build/{{study}}/{{variant}}/build.parquet",
+        cubin=RL.job_build_file("{study}", "{variant}", "kernel.cubin"),
+        build=RL.job_build_file("{study}", "{variant}", "build.parquet"),
     output:
-        table=f"{R}/{{gpu}}/{{study}}/bench/{{variant}}.parquet",
-        samples=f"{R}/{{gpu}}/{{study}}/samples/bench/{{variant}}.parquet",
+        table=RL.job_table("{gpu}", "{study}", "bench", "{variant}"),
+        samples=RL.samples_table("{gpu}", "{study}", "bench", "{variant}"),
     log:
-        f"{R}/logs/{{study}}/bench/{{gpu}}/{{variant}}.log",
+        RL.log("{study}", "bench", "{gpu}", "{variant}.log"),
     benchmark:
-        f"{R}/benchmarks/bench/{{gpu}}/{{study}}/{{variant}}.tsv"
+        RL.benchmark("bench", "{gpu}", "{study}", "{variant}")
     priority: 10
     conda:
         "../envs/kernelbook.yaml"
@@ -39,11 +39,11 @@ rule select_tuned:
     input:
         candidate_files,
     output:
-        f"{R}/{{gpu}}/{{study}}/tuned/{{variant}}.parquet",
+        RL.job_table("{gpu}", "{study}", "tuned", "{variant}"),
     log:
-        f"{R}/logs/{{study}}/select/{{gpu}}/{{variant}}.log",
+        RL.log("{study}", "select", "{gpu}", "{variant}.log"),
     benchmark:
-        f"{R}/benchmarks/select_tuned/{{gpu}}/{{study}}/{{variant}}.tsv"
+        RL.benchmark("select_tuned", "{gpu}", "{study}", "{variant}")
     priority: 10
     conda:
         "../envs/kernelbook.yaml"
@@ -59,12 +59,12 @@ rule bench_tuned_sweep:
     input:
         unpack(tuned_inputs),
     output:
-        table=f"{R}/{{gpu}}/{{study}}/sweep/{{variant}}.parquet",
-        samples=f"{R}/{{gpu}}/{{study}}/samples/sweep/{{variant}}.parquet",
+        table=RL.job_table("{gpu}", "{study}", "sweep", "{variant}"),
+        samples=RL.samples_table("{gpu}", "{study}", "sweep", "{variant}"),
     log:
-        f"{R}/logs/{{study}}/sweep/{{gpu}}/{{variant}}.log",
+        RL.log("{study}", "sweep", "{gpu}", "{variant}.log"),
     benchmark:
-        f"{R}/benchmarks/bench_tuned_sweep/{{gpu}}/{{study}}/{{variant}}.tsv"
+        RL.benchmark("bench_tuned_sweep", "{gpu}", "{study}", "{variant}")
     priority: 10
     conda:
         "../envs/kernelbook.yaml"
@@ -75,7 +75,7 @@ rule bench_tuned_sweep:
         spec=variant_spec,
         settings=settings_arg,
         tuned=tuned_arg,
-        build_dir=lambda w: f"{R}/build/{w.study}",
+        build_dir=lambda w: RL.build_dir(w.study),
         py=PY,
     shell:
         "KERNELBOOK_GPU_MODEL={wildcards.gpu} {params.py} -m kernelbook "
@@ -88,11 +88,11 @@ rule measurements:
     input:
         unpack(measurement_inputs),
     output:
-        f"{R}/{{gpu}}/{{study}}/measurements.parquet",
+        RL.study_file("{gpu}", "{study}", "measurements.parquet"),
     log:
-        f"{R}/logs/{{study}}/measurements/{{gpu}}.log",
+        RL.log("{study}", "measurements", "{gpu}.log"),
     benchmark:
-        f"{R}/benchmarks/measurements/{{gpu}}/{{study}}/all.tsv"
+        RL.benchmark("measurements", "{gpu}", "{study}", "all")
     conda:
         "../envs/kernelbook.yaml"
     params:
@@ -105,11 +105,11 @@ rule measurements:
 
 rule device:
     output:
-        f"{R}/{{gpu}}/device.parquet",
+        RL.device_table("{gpu}"),
     log:
-        f"{R}/logs/device/{{gpu}}.log",
+        RL.run_log("device", "{gpu}.log"),
     benchmark:
-        f"{R}/benchmarks/device/{{gpu}}/device.tsv"
+        RL.device_benchmark("{gpu}")
     priority: 20
     conda:
         "../envs/kernelbook.yaml"
@@ -128,11 +128,11 @@ rule samples_table:
     input:
         samples_files,
     output:
-        f"{R}/{{gpu}}/{{study}}/samples.parquet",
+        RL.study_file("{gpu}", "{study}", "samples.parquet"),
     log:
-        f"{R}/logs/{{study}}/samples/{{gpu}}.log",
+        RL.log("{study}", "samples", "{gpu}.log"),
     benchmark:
-        f"{R}/benchmarks/samples_table/{{gpu}}/{{study}}/all.tsv"
+        RL.benchmark("samples_table", "{gpu}", "{study}", "all")
     conda:
         "../envs/kernelbook.yaml"
     params:
@@ -145,11 +145,11 @@ rule stages:
     input:
         stage_benchmarks,
     output:
-        f"{R}/{{gpu}}/{{study}}/stages.parquet",
+        RL.study_file("{gpu}", "{study}", "stages.parquet"),
     log:
-        f"{R}/logs/{{study}}/stages/{{gpu}}.log",
+        RL.log("{study}", "stages", "{gpu}.log"),
     benchmark:
-        f"{R}/benchmarks/stages/{{gpu}}/{{study}}/all.tsv"
+        RL.benchmark("stages", "{gpu}", "{study}", "all")
     conda:
         "../envs/kernelbook.yaml"
     params:
@@ -160,15 +160,15 @@ rule stages:
 
 rule bench_gate:
     input:
-        build=f"{R}/build/{{study}}/build.parquet",
-        measurements=f"{R}/{{gpu}}/{{study}}/measurements.parquet",
-        profile=f"{R}/{{gpu}}/{{study}}/profile.parquet",
+        build=RL.build_file("{study}", "build.parquet"),
+        measurements=RL.study_file("{gpu}", "{study}", "measurements.parquet"),
+        profile=RL.study_file("{gpu}", "{study}", "profile.parquet"),
     output:
-        f"{R}/{{gpu}}/{{study}}/bench.ok",
+        RL.study_file("{gpu}", "{study}", "bench.ok"),
     log:
-        f"{R}/logs/{{study}}/bench_gate/{{gpu}}.log",
+        RL.log("{study}", "bench_gate", "{gpu}.log"),
     benchmark:
-        f"{R}/benchmarks/bench_gate/{{gpu}}/{{study}}/all.tsv"
+        RL.benchmark("bench_gate", "{gpu}", "{study}", "all")
     priority: -10
     conda:
         "../envs/kernelbook.yaml"

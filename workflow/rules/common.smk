@@ -15,6 +15,7 @@ from kernelbook.build import nvcc as kb_build  # noqa: E402
 from kernelbook import slurm as kb_cluster  # noqa: E402
 from kernelbook import config as kb_config  # noqa: E402
 from kernelbook import gpu as kb_gpu  # noqa: E402
+from kernelbook import layout as kb_layout  # noqa: E402
 
 # The config and every study are validated here (against src/kernelbook/schemas, and every
 # variant's launch at every size it claims); a bad one stops the run with one line naming
@@ -26,6 +27,7 @@ except kb_config.ConfigError as e:
     sys.exit(1)
 SETTINGS = PROJECT.settings
 R = SETTINGS["results"]
+RL = kb_layout.Results(R)  # every results/ path (kernelbook.layout)
 PY = sys.executable
 
 if SETTINGS["gpu"] == "none":
@@ -107,7 +109,7 @@ def job_ids(study):
 def build_files(kind):
     def inputs(wildcards):
         return [
-            f"{R}/build/{wildcards.study}/{v}/{kind}.parquet"
+            RL.job_build_file(wildcards.study, v, f"{kind}.parquet")
             for v in job_ids(wildcards.study)
         ]
 
@@ -120,9 +122,9 @@ def bench_files(wildcards):
     out = []
     for v in study.variants:
         sub = "tuned" if v.is_tuned else "bench"
-        out.append(f"{R}/{wildcards.gpu}/{wildcards.study}/{sub}/{v.id}.parquet")
+        out.append(RL.job_table(wildcards.gpu, wildcards.study, sub, v.id))
         if v.is_tuned:  # its own job: winners confirmed, the sweep
-            out.append(f"{R}/{wildcards.gpu}/{wildcards.study}/sweep/{v.id}.parquet")
+            out.append(RL.job_table(wildcards.gpu, wildcards.study, "sweep", v.id))
     return out
 
 
@@ -134,8 +136,8 @@ PREDICTED_PROBLEMS = ("regimes",)
 def measurement_inputs(wildcards):
     named = {"bench": bench_files(wildcards)}
     if study_of(wildcards).problem in PREDICTED_PROBLEMS:
-        named["device"] = f"{R}/{wildcards.gpu}/device.parquet"
-        named["meta"] = f"{R}/build/{wildcards.study}/study.json"
+        named["device"] = RL.device_table(wildcards.gpu)
+        named["meta"] = RL.build_file(wildcards.study, "study.json")
     return named
 
 
@@ -148,14 +150,14 @@ def predict_arg(wildcards, input):
 def samples_files(wildcards):
     """Raw samples of every bench job of a study: variants, candidates, tuned sweeps."""
     study = study_of(wildcards)
-    base = f"{R}/{wildcards.gpu}/{wildcards.study}/samples"
+    gpu, name = wildcards.gpu, wildcards.study
     out = []
     for v in study.variants:
         if v.is_tuned:
-            out += [f"{base}/bench/{c}.parquet" for c in v.candidates]
-            out.append(f"{base}/sweep/{v.id}.parquet")
+            out += [RL.samples_table(gpu, name, "bench", c) for c in v.candidates]
+            out.append(RL.samples_table(gpu, name, "sweep", v.id))
         else:
-            out.append(f"{base}/bench/{v.id}.parquet")
+            out.append(RL.samples_table(gpu, name, "bench", v.id))
     return out
 
 
@@ -163,30 +165,31 @@ def stage_benchmarks(wildcards):
     """Snakemake's benchmark files of the jobs a study's measured tables come from."""
     study = study_of(wildcards)
     gpu, name = wildcards.gpu, wildcards.study
-    b = f"{R}/benchmarks"
-    out = [f"{b}/compile/build/{name}/{v}.tsv" for v in job_ids(name)]
-    out += [f"{b}/{r}/build/{name}/all.tsv" for r in ("build_table", "sass_table")]
+    out = [RL.benchmark("compile", "build", name, v) for v in job_ids(name)]
+    out += [
+        RL.benchmark(r, "build", name, "all") for r in ("build_table", "sass_table")
+    ]
     for v in study.variants:
         if v.is_tuned:
-            out += [f"{b}/bench/{gpu}/{name}/{c}.tsv" for c in v.candidates]
-            out.append(f"{b}/select_tuned/{gpu}/{name}/{v.id}.tsv")
-            out.append(f"{b}/bench_tuned_sweep/{gpu}/{name}/{v.id}.tsv")
+            out += [RL.benchmark("bench", gpu, name, c) for c in v.candidates]
+            out.append(RL.benchmark("select_tuned", gpu, name, v.id))
+            out.append(RL.benchmark("bench_tuned_sweep", gpu, name, v.id))
         else:
-            out.append(f"{b}/bench/{gpu}/{name}/{v.id}.tsv")
-        out += [f"{b}/{r}/{gpu}/{name}/{v.id}.tsv" for r in ("profile", "sanitize")]
+            out.append(RL.benchmark("bench", gpu, name, v.id))
+        out += [RL.benchmark(r, gpu, name, v.id) for r in ("profile", "sanitize")]
     out += [
-        f"{b}/{r}/{gpu}/{name}/all.tsv"
+        RL.benchmark(r, gpu, name, "all")
         for r in ("measurements", "samples_table", "profile_table", "roofline")
     ]
-    out.append(f"{b}/sanitizer_table/{gpu}/{name}/all.tsv")
-    out.append(f"{b}/device/{gpu}/device.tsv")
+    out.append(RL.benchmark("sanitizer_table", gpu, name, "all"))
+    out.append(RL.device_benchmark(gpu))
     return out
 
 
 def candidate_files(wildcards):
     v = variant_of(wildcards)
     return [
-        f"{R}/{wildcards.gpu}/{wildcards.study}/bench/{c}.parquet" for c in v.candidates
+        RL.job_table(wildcards.gpu, wildcards.study, "bench", c) for c in v.candidates
     ]
 
 
@@ -194,12 +197,13 @@ def tuned_inputs(wildcards):
     v = variant_of(wildcards)
     if v.is_tuned:
         return {
-            "tuned": f"{R}/{wildcards.gpu}/{wildcards.study}/tuned/{v.id}.parquet",
+            "tuned": RL.job_table(wildcards.gpu, wildcards.study, "tuned", v.id),
             "cubins": [
-                f"{R}/build/{wildcards.study}/{c}/kernel.cubin" for c in v.candidates
+                RL.job_build_file(wildcards.study, c, "kernel.cubin")
+                for c in v.candidates
             ],
         }
-    return {"cubin": f"{R}/build/{wildcards.study}/{v.id}/kernel.cubin"}
+    return {"cubin": RL.job_build_file(wildcards.study, v.id, "kernel.cubin")}
 
 
 def checked_inputs(wildcards):
@@ -207,8 +211,8 @@ def checked_inputs(wildcards):
     (sizes it failed at are not run again), a tuned variant's winners."""
     named = tuned_inputs(wildcards)
     if not variant_of(wildcards).is_tuned:
-        named["bench"] = (
-            f"{R}/{wildcards.gpu}/{wildcards.study}/bench/{wildcards.variant}.parquet"
+        named["bench"] = RL.job_table(
+            wildcards.gpu, wildcards.study, "bench", wildcards.variant
         )
     return named
 
@@ -216,21 +220,24 @@ def checked_inputs(wildcards):
 def bench_arg(wildcards):
     if variant_of(wildcards).is_tuned:
         return ""
-    return f"--bench-table {R}/{wildcards.gpu}/{wildcards.study}/bench/{wildcards.variant}.parquet"
+    path = RL.job_table(wildcards.gpu, wildcards.study, "bench", wildcards.variant)
+    return f"--bench-table {path}"
 
 
 def tuned_arg(wildcards):
     v = variant_of(wildcards)
     if not v.is_tuned:
         return ""
-    return f"--tuned-table {R}/{wildcards.gpu}/{wildcards.study}/tuned/{v.id}.parquet"
+    return (
+        f"--tuned-table {RL.job_table(wildcards.gpu, wildcards.study, 'tuned', v.id)}"
+    )
 
 
 def declared_variants(kind):
     def inputs(wildcards):
         study = study_of(wildcards)
         return [
-            f"{R}/{wildcards.gpu}/{wildcards.study}/{kind}/{v.id}.parquet"
+            RL.job_table(wildcards.gpu, wildcards.study, kind, v.id)
             for v in study.variants
         ]
 
@@ -242,25 +249,32 @@ def gate_targets():
     build gate; each fails, after the tables are made, when something failed unexpectedly.
     """
     if TARGET_GPU:
-        return [f"{R}/{TARGET_GPU}/{name}/bench.ok" for name in PROJECT.studies]
-    return [f"{R}/build/{name}/build.ok" for name in PROJECT.studies]
+        return [RL.study_file(TARGET_GPU, name, "bench.ok") for name in PROJECT.studies]
+    return [RL.build_file(name, "build.ok") for name in PROJECT.studies]
 
 
 def all_targets():
     targets = []
     for name in PROJECT.studies:
-        targets += [f"{R}/build/{name}/build.parquet", f"{R}/build/{name}/sass.parquet"]
+        targets += [
+            RL.build_file(name, "build.parquet"),
+            RL.build_file(name, "sass.parquet"),
+        ]
         if TARGET_GPU:
-            base = f"{R}/{TARGET_GPU}/{name}"
             targets += [
-                f"{base}/measurements.parquet",
-                f"{R}/{TARGET_GPU}/device.parquet",
-                f"{base}/profile.parquet",
-                f"{base}/roofline.parquet",
-                f"{base}/sanitizer.parquet",
-                f"{base}/sanitize.ok",
-                f"{base}/samples.parquet",
-                f"{base}/stages.parquet",
+                RL.study_file(TARGET_GPU, name, "measurements.parquet"),
+                RL.device_table(TARGET_GPU),
+                *(
+                    RL.study_file(TARGET_GPU, name, f)
+                    for f in (
+                        "profile.parquet",
+                        "roofline.parquet",
+                        "sanitizer.parquet",
+                        "sanitize.ok",
+                        "samples.parquet",
+                        "stages.parquet",
+                    )
+                ),
             ]
     return targets
 
@@ -269,11 +283,14 @@ def gate_logs():
     """(output, log) of every gate of this run, as the gate rules name them."""
     if not GPU:
         return [
-            (f"{R}/build/{n}/build.ok", f"{R}/logs/{n}/build_gate.log")
+            (RL.build_file(n, "build.ok"), RL.log(n, "build_gate.log"))
             for n in PROJECT.studies
         ]
     return [
-        (f"{R}/{GPU_SLUG}/{n}/{gate}.ok", f"{R}/logs/{n}/{gate}_gate/{GPU_SLUG}.log")
+        (
+            RL.study_file(GPU_SLUG, n, f"{gate}.ok"),
+            RL.log(n, f"{gate}_gate", f"{GPU_SLUG}.log"),
+        )
         for n in PROJECT.studies
         for gate in ("bench", "sanitize")
     ]

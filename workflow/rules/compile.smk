@@ -8,13 +8,13 @@ rule compile:
     input:
         source=variant_source,
     output:
-        cubin=f"{R}/build/{{study}}/{{variant}}/kernel.cubin",
-        build=f"{R}/build/{{study}}/{{variant}}/build.parquet",
-        sass=f"{R}/build/{{study}}/{{variant}}/sass.parquet",
+        cubin=RL.job_build_file("{study}", "{variant}", "kernel.cubin"),
+        build=RL.job_build_file("{study}", "{variant}", "build.parquet"),
+        sass=RL.job_build_file("{study}", "{variant}", "sass.parquet"),
     log:
-        f"{R}/logs/{{study}}/compile/{{variant}}.log",
+        RL.log("{study}", "compile", "{variant}.log"),
     benchmark:
-        f"{R}/benchmarks/compile/build/{{study}}/{{variant}}.tsv"
+        RL.benchmark("compile", "build", "{study}", "{variant}")
     conda:
         "../envs/kernelbook.yaml"
     params:
@@ -31,11 +31,11 @@ rule build_table:
     input:
         build_files("build"),
     output:
-        f"{R}/build/{{study}}/build.parquet",
+        RL.build_file("{study}", "build.parquet"),
     log:
-        f"{R}/logs/{{study}}/build_table.log",
+        RL.log("{study}", "build_table.log"),
     benchmark:
-        f"{R}/benchmarks/build_table/build/{{study}}/all.tsv"
+        RL.benchmark("build_table", "build", "{study}", "all")
     conda:
         "../envs/kernelbook.yaml"
     params:
@@ -48,11 +48,11 @@ rule sass_table:
     input:
         build_files("sass"),
     output:
-        f"{R}/build/{{study}}/sass.parquet",
+        RL.build_file("{study}", "sass.parquet"),
     log:
-        f"{R}/logs/{{study}}/sass_table.log",
+        RL.log("{study}", "sass_table.log"),
     benchmark:
-        f"{R}/benchmarks/sass_table/build/{{study}}/all.tsv"
+        RL.benchmark("sass_table", "build", "{study}", "all")
     conda:
         "../envs/kernelbook.yaml"
     params:
@@ -63,13 +63,13 @@ rule sass_table:
 
 rule build_gate:
     input:
-        f"{R}/build/{{study}}/build.parquet",
+        RL.build_file("{study}", "build.parquet"),
     output:
-        f"{R}/build/{{study}}/build.ok",
+        RL.build_file("{study}", "build.ok"),
     log:
-        f"{R}/logs/{{study}}/build_gate.log",
+        RL.log("{study}", "build_gate.log"),
     benchmark:
-        f"{R}/benchmarks/build_gate/build/{{study}}/all.tsv"
+        RL.benchmark("build_gate", "build", "{study}", "all")
     priority: -10
     conda:
         "../envs/kernelbook.yaml"

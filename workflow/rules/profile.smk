@@ -10,12 +10,12 @@ rule profile:
     input:
         unpack(checked_inputs),
     output:
-        table=f"{R}/{{gpu}}/{{study}}/profile/{{variant}}.parquet",
-        reports=directory(f"{R}/{{gpu}}/{{study}}/profile/{{variant}}"),
+        table=RL.job_table("{gpu}", "{study}", "profile", "{variant}"),
+        reports=directory(RL.job_file("{gpu}", "{study}", "profile", "{variant}")),
     log:
-        f"{R}/logs/{{study}}/profile/{{gpu}}/{{variant}}.log",
+        RL.log("{study}", "profile", "{gpu}", "{variant}.log"),
     benchmark:
-        f"{R}/benchmarks/profile/{{gpu}}/{{study}}/{{variant}}.tsv"
+        RL.benchmark("profile", "{gpu}", "{study}", "{variant}")
     priority: 5
     conda:
         "../envs/kernelbook.yaml"
@@ -27,7 +27,7 @@ rule profile:
         settings=settings_arg,
         tuned=tuned_arg,
         bench=bench_arg,
-        build_dir=lambda w: f"{R}/build/{w.study}",
+        build_dir=lambda w: RL.build_dir(w.study),
         py=PY,
     shell:
         "KERNELBOOK_GPU_MODEL={wildcards.gpu} {params.py} -m kernelbook "
@@ -40,11 +40,11 @@ rule profile_table:
     input:
         declared_variants("profile"),
     output:
-        f"{R}/{{gpu}}/{{study}}/profile.parquet",
+        RL.study_file("{gpu}", "{study}", "profile.parquet"),
     log:
-        f"{R}/logs/{{study}}/profile_table/{{gpu}}.log",
+        RL.log("{study}", "profile_table", "{gpu}.log"),
     benchmark:
-        f"{R}/benchmarks/profile_table/{{gpu}}/{{study}}/all.tsv"
+        RL.benchmark("profile_table", "{gpu}", "{study}", "all")
     conda:
         "../envs/kernelbook.yaml"
     params:
@@ -55,15 +55,15 @@ rule profile_table:
 
 rule roofline:
     input:
-        profile=f"{R}/{{gpu}}/{{study}}/profile.parquet",
-        measurements=f"{R}/{{gpu}}/{{study}}/measurements.parquet",
-        device=f"{R}/{{gpu}}/device.parquet",
+        profile=RL.study_file("{gpu}", "{study}", "profile.parquet"),
+        measurements=RL.study_file("{gpu}", "{study}", "measurements.parquet"),
+        device=RL.device_table("{gpu}"),
     output:
-        f"{R}/{{gpu}}/{{study}}/roofline.parquet",
+        RL.study_file("{gpu}", "{study}", "roofline.parquet"),
     log:
-        f"{R}/logs/{{study}}/roofline/{{gpu}}.log",
+        RL.log("{study}", "roofline", "{gpu}.log"),
     benchmark:
-        f"{R}/benchmarks/roofline/{{gpu}}/{{study}}/all.tsv"
+        RL.benchmark("roofline", "{gpu}", "{study}", "all")
     conda:
         "../envs/kernelbook.yaml"
     params:
@@ -79,11 +79,11 @@ rule sanitize:
     input:
         unpack(checked_inputs),
     output:
-        f"{R}/{{gpu}}/{{study}}/sanitize/{{variant}}.parquet",
+        RL.job_table("{gpu}", "{study}", "sanitize", "{variant}"),
     log:
-        f"{R}/logs/{{study}}/sanitize/{{gpu}}/{{variant}}.log",
+        RL.log("{study}", "sanitize", "{gpu}", "{variant}.log"),
     benchmark:
-        f"{R}/benchmarks/sanitize/{{gpu}}/{{study}}/{{variant}}.tsv"
+        RL.benchmark("sanitize", "{gpu}", "{study}", "{variant}")
     priority: 1
     conda:
         "../envs/kernelbook.yaml"
@@ -95,7 +95,7 @@ rule sanitize:
         settings=settings_arg,
         tuned=tuned_arg,
         bench=bench_arg,
-        build_dir=lambda w: f"{R}/build/{w.study}",
+        build_dir=lambda w: RL.build_dir(w.study),
         py=PY,
     shell:
         "KERNELBOOK_GPU_MODEL={wildcards.gpu} {params.py} -m kernelbook "
@@ -108,11 +108,11 @@ rule sanitizer_table:
     input:
         declared_variants("sanitize"),
     output:
-        f"{R}/{{gpu}}/{{study}}/sanitizer.parquet",
+        RL.study_file("{gpu}", "{study}", "sanitizer.parquet"),
     log:
-        f"{R}/logs/{{study}}/sanitizer_table/{{gpu}}.log",
+        RL.log("{study}", "sanitizer_table", "{gpu}.log"),
     benchmark:
-        f"{R}/benchmarks/sanitizer_table/{{gpu}}/{{study}}/all.tsv"
+        RL.benchmark("sanitizer_table", "{gpu}", "{study}", "all")
     conda:
         "../envs/kernelbook.yaml"
     params:
@@ -123,13 +123,13 @@ rule sanitizer_table:
 
 rule sanitize_gate:
     input:
-        f"{R}/{{gpu}}/{{study}}/sanitizer.parquet",
+        RL.study_file("{gpu}", "{study}", "sanitizer.parquet"),
     output:
-        f"{R}/{{gpu}}/{{study}}/sanitize.ok",
+        RL.study_file("{gpu}", "{study}", "sanitize.ok"),
     log:
-        f"{R}/logs/{{study}}/sanitize_gate/{{gpu}}.log",
+        RL.log("{study}", "sanitize_gate", "{gpu}.log"),
     benchmark:
-        f"{R}/benchmarks/sanitize_gate/{{gpu}}/{{study}}/all.tsv"
+        RL.benchmark("sanitize_gate", "{gpu}", "{study}", "all")
     conda:
         "../envs/kernelbook.yaml"
     params:

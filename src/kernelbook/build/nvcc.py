@@ -15,6 +15,7 @@ from pathlib import Path
 
 from kernelbook.config import Variant
 from kernelbook.procs import ToolTimeout, run_tool
+from kernelbook.provenance import quoted_includes, sha256_file, sha256_source  # noqa: F401
 
 NVCC_TIMEOUT_S = 600.0  # timeouts.nvcc_s's default
 
@@ -214,44 +215,6 @@ def nvcc_command(
         str(out),
         str(source),
     ]
-
-
-def sha256_file(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
-
-
-def quoted_includes(source: Path) -> list[tuple[str, Path]]:
-    """What ``source`` includes with quotes, and what those include, in the order found:
-    (name as written, path beside its includer); files that do not exist are left out
-    (nvcc reports them). A Python source (triton, torch) includes nothing."""
-    if Path(source).suffix == ".py":
-        return []
-    out, todo, seen = [], [Path(source)], {Path(source)}
-    while todo:
-        path = todo.pop()
-        for name in _INCLUDE.findall(path.read_bytes().decode(errors="replace")):
-            inc = path.parent / name
-            if inc not in seen and inc.is_file():
-                seen.add(inc)
-                out.append((name, inc))
-                todo.append(inc)
-    return out
-
-
-def sha256_source(source: Path) -> str:
-    """A kernel's source hash (``source_sha256``): the file's own sha256, or, where it includes
-    headers of the repository with quotes, one hash over it and them, so that editing a
-    shared header makes every kernel that includes it stale."""
-    includes = quoted_includes(source)
-    if not includes:
-        return sha256_file(source)
-    h = hashlib.sha256(Path(source).read_bytes())
-    for name, path in includes:
-        h.update(f"\0{name}\0".encode() + path.read_bytes())
-    return h.hexdigest()
 
 
 @dataclass(frozen=True)

@@ -23,13 +23,10 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 from kernelbook import problems
 from kernelbook.build.nvcc import BuildResult, CompileError, parse_ptxas, sass_of
 from kernelbook.config import Variant
-
-TRITON_LAUNCH = ("NUM_WARPS", "NUM_STAGES")
 
 
 def load_module(root: Path, variant: Variant) -> ModuleType:
@@ -178,41 +175,4 @@ def compile_triton(
         smem_dynamic=int(kernel.metadata.shared),
         num_warps=int(kernel.metadata.num_warps),
         params=_ptx_params(kernel.asm["ptx"], name),
-    )
-
-
-# ------------------------------------------------------------------------------------------
-# torch
-
-
-@dataclass
-class TorchCase:
-    """What a torch variant's entry gets: torch tensors sharing memory with the Case's
-    device arrays (bfloat16 data held as uint16 bits is viewed as torch.bfloat16)."""
-
-    inputs: dict[str, Any]
-    outputs: dict[str, Any]
-    sizes: dict[str, int]
-    params: dict[str, Any]
-    dtype: str
-
-
-def _tensor(torch, array, dtype: str):
-    t = torch.as_tensor(array, device="cuda")
-    if dtype == "bfloat16" and t.dtype == torch.uint16:
-        t = t.view(torch.bfloat16)
-    elif dtype == "float16" and t.dtype == torch.uint16:
-        t = t.view(torch.float16)
-    return t
-
-
-def torch_case(case, params: dict[str, Any]) -> TorchCase:
-    import torch
-
-    return TorchCase(
-        inputs={k: _tensor(torch, v, case.dtype) for k, v in case.inputs.items()},
-        outputs={k: _tensor(torch, g.view, case.dtype) for k, g in case.outputs.items()},
-        sizes=dict(case.sizes),
-        params=dict(params),
-        dtype=case.dtype,
     )

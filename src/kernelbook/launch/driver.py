@@ -151,25 +151,13 @@ def matrix_pointer(case, name: str) -> int:
     raise KeyError(name)
 
 
-def runner(kernel, launch: Launch, case, problem, stream_ptr: int, where: str) -> Callable:
-    """A function that launches ``kernel`` once with ``case``'s arguments (the stream:
-    CuPy's current one for a plain kernel, ``stream_ptr`` for an ExKernel)."""
+def runner(
+    kernel: ExKernel, launch: Launch, case, problem, stream_ptr: int, where: str
+) -> Callable:
+    """A function that launches the ExKernel ``kernel`` once with ``case``'s arguments on
+    the stream ``stream_ptr``, through cuLaunchKernelEx (clusters, tensor maps)."""
     if launch.smem > 48 * 1024:
-        if isinstance(kernel, ExKernel):
-            kernel.allow_dynamic_smem(launch.smem)
-        else:
-            from kernelbook.measure.bench import allow_dynamic_smem
-
-            allow_dynamic_smem(kernel, launch.smem)
-    if not isinstance(kernel, ExKernel):
-        if launch.extended:
-            raise CUDALaunchError(f"{where}: a cluster or tma launch needs an ExKernel")
-
-        def run():
-            kernel(launch.grid, launch.block, case.args, shared_mem=launch.smem)
-
-        return run
-
+        kernel.allow_dynamic_smem(launch.smem)
     driver = _driver()
     maps = []
     shapes = problem.matrices(case.sizes) if launch.tma else {}

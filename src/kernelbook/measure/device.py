@@ -6,7 +6,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from kernelbook import gpu
+from kernelbook import gpu, provenance
 from kernelbook.measure.timing import Timer
 
 # FP32 lanes per SM and dense BF16 tensor FLOP per clock per SM, by compute capability.
@@ -41,7 +41,7 @@ def measure_device(project, slot_uuid: str, log: Callable[[str], None] = print) 
                 "unit": unit,
                 "kind": kind,
                 "method": method,
-                "measured_at": gpu.now(),
+                "measured_at": provenance.now(),
             }
         )
         log(f"{quantity}: {value:g} {unit} ({kind})")

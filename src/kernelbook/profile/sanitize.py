@@ -8,6 +8,8 @@ import shutil
 import sys
 from dataclasses import dataclass
 
+from kernelbook import provenance
+from kernelbook.launch.process import launch_command
 from kernelbook.procs import ToolTimeout, run_tool
 
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
@@ -94,8 +96,7 @@ def sanitize_variant(
     so each tool gets a ``not_run`` row instead. ``expect``: the declared variant's
     `expect` (a negative control's findings are ``expected``, not ``findings``)."""
     from kernelbook import gpu, problems
-    from kernelbook.build.nvcc import sha256_source
-    from kernelbook.cli import launch_command
+    from kernelbook.provenance import sha256_source
 
     problem = problems.get(study.problem)
     label = problem.label(size)
@@ -164,8 +165,8 @@ def sanitize_variant(
                 "gpu_name": facts["gpu_name"],
                 "gpu_uuid": facts["gpu_uuid"],
                 "source_sha256": sha256_source(project.root / variant.source),
-                "git_commit": gpu.git_commit(project.root),
-                "measured_at": gpu.now(),
+                "git_commit": provenance.git_commit(project.root),
+                "measured_at": provenance.now(),
             }
         )
     return rows
