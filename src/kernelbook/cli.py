@@ -272,7 +272,9 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument("study")
         s.add_argument("variant")
         s.add_argument("--out", required=True)
-        s.add_argument("--build-dir", required=True, help="the study's build folder (results/build/<study>)")
+        s.add_argument(
+            "--build-dir", required=True, help="the study's build folder (results/build/<study>)"
+        )
         s.add_argument("--cubin", help="default: <build-dir>/<variant>/kernel.cubin")
         s.add_argument("--tuned-table", help="for an autotuned variant: its tuned table")
         s.add_argument(
