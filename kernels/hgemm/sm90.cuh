@@ -42,13 +42,18 @@ KB_DEVICE void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
 KB_DEVICE void mbar_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
 }
-// arrive on the barrier at the same offset in CTA `cta` of this cluster (itself included)
+// arrive on the barrier at the same offset in CTA `cta` of this cluster (itself included).
+// The release is CTA-scoped (the default, as CUTLASS's ClusterBarrier::arrive): what it
+// announces is that this warp's wgmmas have finished reading a stage (wgmma.wait_group), not
+// data for the peer to read. A .release.cluster arrive compiles to MEMBAR.ALL.CTA +
+// MEMBAR.ALL.GPU + ERRBAR + CGAERRBAR before the SYNCS.ARRIVE: a GPU-wide fence per arrive,
+// two per consumer warp and K tile, which made 09 slower than 08 (0.335 against 0.197 ms at
+// 4096^3 on the H200).
 KB_DEVICE void mbar_arrive_cluster(uint64_t* bar, uint32_t cta) {
   asm volatile(
       "{\n .reg .b32 remote;\n"
       " mapa.shared::cluster.u32 remote, %0, %1;\n"
-      " mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}" ::"r"(smem_u32(bar)),
-      "r"(cta)
+      " mbarrier.arrive.shared::cluster.b64 _, [remote];\n}" ::"r"(smem_u32(bar)), "r"(cta)
       : "memory");
 }
 KB_DEVICE void mbar_wait(uint64_t* bar, uint32_t parity) {
@@ -63,19 +68,9 @@ KB_DEVICE void mbar_wait(uint64_t* bar, uint32_t parity) {
         : "memory");
   } while (!done);
 }
-// the same, acquiring at cluster scope (a peer's consumers released the stage)
-KB_DEVICE void mbar_wait_cluster(uint64_t* bar, uint32_t parity) {
-  uint32_t done;
-  do {
-    asm volatile(
-        "{\n .reg .pred p;\n"
-        " mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-        " selp.u32 %0, 1, 0, p;\n}"
-        : "=r"(done)
-        : "r"(smem_u32(bar)), "r"(parity)
-        : "memory");
-  } while (!done);
-}
+// (no cluster-scope wait: try_wait.acquire.cluster adds a CCTL.IVALL, an L1 invalidation,
+// after every successful wait; the producer waits for its own empty barrier with mbar_wait,
+// its peers' consumers having arrived on it remotely, as CUTLASS's ClusterBarrier::wait)
 
 // ---- clusters -------------------------------------------------------------------------
 KB_DEVICE uint32_t cluster_ctarank() {
@@ -226,3 +221,4 @@ KB_DEVICE void store_tile(const float (&d)[N / 2], __nv_bfloat16* C, int M, int 
     }
   }
 }
+
