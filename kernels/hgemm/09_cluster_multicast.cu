@@ -41,6 +41,11 @@
 #ifndef ENTRY
 #define ENTRY hgemm_cluster_multicast
 #endif
+// 10_best sets it: the epilogue goes through 2 KiB of shared memory per consumer warp
+// (store_tile_staged), placed after the ring (its smem: key adds 16 KiB)
+#ifndef STAGED_EPILOGUE
+#define STAGED_EPILOGUE 0
+#endif
 #define BM 128
 #define BK 64
 #define CONSUMERS 2
@@ -153,7 +158,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
       }
       wgmma_wait<0>();
       if (lane == 0) release_stage(&empty[(it - 1) % STAGES]);
-      store_tile<BN>(acc, C, M, N, row + 64 * c, tn * BN);
+      if (STAGED_EPILOGUE) {
+        uint8_t* warp_buf = Bs + STAGES * B_TILE_BYTES + (tid - 128) / 32 * 2048;
+        store_tile_staged<BN>(acc, C, M, N, row + 64 * c, tn * BN, warp_buf);
+      } else {
+        store_tile<BN>(acc, C, M, N, row + 64 * c, tn * BN);
+      }
     }
   }
   // no block leaves while its peer may still arrive on its barriers

@@ -222,3 +222,48 @@ KB_DEVICE void store_tile(const float (&d)[N / 2], __nv_bfloat16* C, int M, int 
   }
 }
 
+// The same tile through shared memory: each warp writes its 16 x 64 slice of the fragment into
+// a private 2 KiB buffer (128-byte rows, 16-byte chunk c of row r at c ^ (r % 8): the fragment
+// writes and the row reads are both free of bank conflicts), then stores whole rows, 16 bytes
+// a lane, 8 lanes a 128-byte row segment. store_tile's bf16x2 stores put 8 rows x 16 bytes in
+// each warp instruction (8 L2 requests for 128 bytes); these put 4 full rows (4 requests for
+// 512 bytes). Needs 16-byte aligned rows (Ncols % 8 == 0); otherwise store_tile.
+template <int N>
+KB_DEVICE void store_tile_staged(const float (&d)[N / 2], __nv_bfloat16* C, int M, int Ncols,
+                                 int row0, int col0, uint8_t* warp_buf) {
+  if (Ncols % 8 != 0) {
+    store_tile<N>(d, C, M, Ncols, row0, col0);
+    return;
+  }
+  const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
+  const int wrow0 = row0 + 16 * warp;
+  const uint32_t buf = smem_u32(warp_buf);
+#pragma unroll
+  for (int q = 0; q < N / 64; ++q) {
+#pragma unroll
+    for (int jj = 0; jj < 8; ++jj) {
+      const int j = 8 * q + jj;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int lr = lane / 4 + 8 * h;
+        __nv_bfloat162 v = __floats2bfloat162_rn(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+        const uint32_t addr = buf + lr * 128 + ((jj ^ (lr % 8)) * 16) + 4 * (lane % 4);
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(*reinterpret_cast<uint32_t*>(&v))
+                     : "memory");
+      }
+    }
+    __syncwarp();
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int lr = 4 * i + lane / 8, ch = lane % 8;
+      uint4 v;
+      asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                   : "r"(buf + lr * 128 + ((ch ^ (lr % 8)) * 16))
+                   : "memory");
+      const int r = wrow0 + lr, c = col0 + 64 * q + 8 * ch;
+      if (r < M && c < Ncols) *reinterpret_cast<uint4*>(C + (size_t)r * Ncols + c) = v;
+    }
+    __syncwarp();
+  }
+}
