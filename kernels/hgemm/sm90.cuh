@@ -42,13 +42,18 @@ KB_DEVICE void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
 KB_DEVICE void mbar_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
 }
-// arrive on the barrier at the same offset in CTA `cta` of this cluster (itself included)
+// arrive on the barrier at the same offset in CTA `cta` of this cluster (itself included).
+// The release is CTA-scoped (the default, as CUTLASS's ClusterBarrier::arrive): what it
+// announces is that this warp's wgmmas have finished reading a stage (wgmma.wait_group), not
+// data for the peer to read. A .release.cluster arrive compiles to MEMBAR.ALL.CTA +
+// MEMBAR.ALL.GPU + ERRBAR + CGAERRBAR before the SYNCS.ARRIVE: a GPU-wide fence per arrive,
+// two per consumer warp and K tile, which made 09 slower than 08 (0.335 against 0.197 ms at
+// 4096^3 on the H200).
 KB_DEVICE void mbar_arrive_cluster(uint64_t* bar, uint32_t cta) {
   asm volatile(
       "{\n .reg .b32 remote;\n"
       " mapa.shared::cluster.u32 remote, %0, %1;\n"
-      " mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}" ::"r"(smem_u32(bar)),
-      "r"(cta)
+      " mbarrier.arrive.shared::cluster.b64 _, [remote];\n}" ::"r"(smem_u32(bar)), "r"(cta)
       : "memory");
 }
 KB_DEVICE void mbar_wait(uint64_t* bar, uint32_t parity) {
@@ -63,19 +68,9 @@ KB_DEVICE void mbar_wait(uint64_t* bar, uint32_t parity) {
         : "memory");
   } while (!done);
 }
-// the same, acquiring at cluster scope (a peer's consumers released the stage)
-KB_DEVICE void mbar_wait_cluster(uint64_t* bar, uint32_t parity) {
-  uint32_t done;
-  do {
-    asm volatile(
-        "{\n .reg .pred p;\n"
-        " mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-        " selp.u32 %0, 1, 0, p;\n}"
-        : "=r"(done)
-        : "r"(smem_u32(bar)), "r"(parity)
-        : "memory");
-  } while (!done);
-}
+// (no cluster-scope wait: try_wait.acquire.cluster adds a CCTL.IVALL, an L1 invalidation,
+// after every successful wait; the producer waits for its own empty barrier with mbar_wait,
+// its peers' consumers having arrived on it remotely, as CUTLASS's ClusterBarrier::wait)
 
 // ---- clusters -------------------------------------------------------------------------
 KB_DEVICE uint32_t cluster_ctarank() {
@@ -224,5 +219,51 @@ KB_DEVICE void store_tile(const float (&d)[N / 2], __nv_bfloat16* C, int M, int 
         if (c + 1 < Ncols) p[1] = __float2bfloat16_rn(y);
       }
     }
+  }
+}
+
+// The same tile through shared memory: each warp writes its 16 x 64 slice of the fragment into
+// a private 2 KiB buffer (128-byte rows, 16-byte chunk c of row r at c ^ (r % 8): the fragment
+// writes and the row reads are both free of bank conflicts), then stores whole rows, 16 bytes
+// a lane, 8 lanes a 128-byte row segment. store_tile's bf16x2 stores put 8 rows x 16 bytes in
+// each warp instruction (8 L2 requests for 128 bytes); these put 4 full rows (4 requests for
+// 512 bytes). Needs 16-byte aligned rows (Ncols % 8 == 0); otherwise store_tile.
+template <int N>
+KB_DEVICE void store_tile_staged(const float (&d)[N / 2], __nv_bfloat16* C, int M, int Ncols,
+                                 int row0, int col0, uint8_t* warp_buf) {
+  if (Ncols % 8 != 0) {
+    store_tile<N>(d, C, M, Ncols, row0, col0);
+    return;
+  }
+  const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
+  const int wrow0 = row0 + 16 * warp;
+  const uint32_t buf = smem_u32(warp_buf);
+#pragma unroll
+  for (int q = 0; q < N / 64; ++q) {
+#pragma unroll
+    for (int jj = 0; jj < 8; ++jj) {
+      const int j = 8 * q + jj;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int lr = lane / 4 + 8 * h;
+        __nv_bfloat162 v = __floats2bfloat162_rn(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+        const uint32_t addr = buf + lr * 128 + ((jj ^ (lr % 8)) * 16) + 4 * (lane % 4);
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(*reinterpret_cast<uint32_t*>(&v))
+                     : "memory");
+      }
+    }
+    __syncwarp();
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int lr = 4 * i + lane / 8, ch = lane % 8;
+      uint4 v;
+      asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                   : "r"(buf + lr * 128 + ((ch ^ (lr % 8)) * 16))
+                   : "memory");
+      const int r = wrow0 + lr, c = col0 + 64 * q + 8 * ch;
+      if (r < M && c < Ncols) *reinterpret_cast<uint4*>(C + (size_t)r * Ncols + c) = v;
+    }
+    __syncwarp();
   }
 }
