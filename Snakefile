@@ -8,6 +8,9 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
+include: "workflow/rules/preflight.smk"
+
+
 # Validated against src/kernelbook/schemas/config.schema.yaml by kernelbook.config (common.smk),
 # which reports a bad key in one line where snakemake.utils.validate prints the schema.
 configfile: "config/config.yaml"

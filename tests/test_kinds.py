@@ -170,6 +170,12 @@ def test_triton_compiles_ahead_of_time_for_an_explicit_target(tmp_path):
     assert res.num_warps == v.defines["NUM_WARPS"]
     assert sum(res.sass.values()) > 50 and any(op.startswith("SHFL") for op in res.sass)
     assert "'sm_90a'" in res.log or "'sm_90'" in res.log
+    # the cubin is sm_90a code (Triton's target for capability 9.0), and its row says so
+    assert res.arch == "sm_90a"
+    from kernelbook.build.job import compile_job
+
+    compile_job(p, study, v, tmp_path / "k2.cubin", tmp_path / "b.parquet", tmp_path / "s.parquet")
+    assert tables.read(tmp_path / "b.parquet").iloc[0]["arch"] == "sm_90a"
     # the bf16 study's pointers are bf16 (the kernel computes in float32)
     assert "'x': '*bf16'" in res.command[0]
 
@@ -193,6 +199,9 @@ def test_a_triton_compile_error_names_study_and_variant(tmp_path):
         )
     assert str(e.value).startswith("kinds/04_broken: triton failed on kernels/kinds/04_broken.py")
     assert "bogus_argument" in str(e.value)
+    # the cause is on the first line, the one the run's closing summary shows
+    first = str(e.value).splitlines()[0]
+    assert first.split("): ", 1)[1] == str(e.value).split("\ncommand:")[0].splitlines()[-1]
     assert not (tmp_path / "k.cubin").exists()
 
 

@@ -331,9 +331,33 @@ def test_settings_that_do_not_touch_the_build_rerun_no_compile(clone_built):
             [],
             ["sgemm.yaml: variants[0] (01_naive): block [2048, 1, 1] has 2048 threads", "M=128"],
         ),
-        (lambda t: t, ["--config", "arch=sm90"], ["kernelbook: config: arch: 'sm90' does not"]),
+        (
+            lambda t: t,
+            ["--config", "arch=sm90"],
+            ["kernelbook: config/config.yaml with --config: arch: 'sm90' does not"],
+        ),
+        (
+            lambda t: t.replace("{M: [128, 256", "{M: [-1, 256"),
+            [],
+            ["config/studies/sgemm.yaml: sizes[0].M[0]: -1 is negative: a size is a positive"],
+        ),
+        (lambda t: t + "\n  - [oops\n", [], [r"config/studies/sgemm.yaml: not valid YAML (line"]),
+        (
+            lambda t: t,
+            ["--config", "timeouts={sanitizer_s: 45}"],
+            ["timeouts.sanitizer_s: '45' is not of type 'number'", "--configfile FILE"],
+        ),
     ],
-    ids=["unknown key", "unquoted grid", "unknown variant key", "2048 threads", "global key"],
+    ids=[
+        "unknown key",
+        "unquoted grid",
+        "unknown variant key",
+        "2048 threads",
+        "global key",
+        "negative size",
+        "study yaml",
+        "nested --config",
+    ],
 )
 def test_broken_config_stops_snakemake_with_one_line(repo_copy, change, args, expect):
     path = repo_copy / "config" / "studies" / "sgemm.yaml"
@@ -350,6 +374,30 @@ def test_broken_config_stops_snakemake_with_one_line(repo_copy, change, args, ex
     # one message, no Python frames or exception names
     assert "Traceback" not in out and 'File "' not in out and "Error" not in out, out
     assert not (repo_copy / "results").exists()
+
+
+@pytest.mark.parametrize(
+    "change, expect",
+    [
+        (lambda t: t + "\ntiming: [oops\n", "config/config.yaml: not valid YAML (line"),
+        (lambda t: t.replace("\nseed: ", "\nseed: abc #"), "config/config.yaml: seed: 'abc'"),
+    ],
+    ids=["yaml", "schema"],
+)
+def test_a_broken_config_file_is_named_with_its_line(repo_copy, change, expect):
+    path = repo_copy / "config" / "config.yaml"
+    path.write_text(change(path.read_text()))
+    proc = snakemake(repo_copy, "-n", "all")
+    said = [line for line in proc.stderr.splitlines() if line.startswith("kernelbook: ")]
+    assert proc.returncode != 0 and len(said) == 1, output(proc)
+    assert said[0].startswith(f"kernelbook: {expect}"), output(proc)
+    assert "Traceback" not in output(proc)
+
+
+def test_a_nested_key_from_a_config_file_keeps_its_type(repo_copy):
+    (repo_copy / "over.yaml").write_text("timeouts:\n  sanitizer_s: 45\n")
+    proc = snakemake(repo_copy, "-n", "all", "--configfile", "config/config.yaml", "over.yaml")
+    assert proc.returncode == 0, output(proc)
 
 
 # ------------------------------------------------------------------------------------------

@@ -17,11 +17,15 @@ from kernelbook import config as kb_config  # noqa: E402
 from kernelbook import gpu as kb_gpu  # noqa: E402
 from kernelbook import layout as kb_layout  # noqa: E402
 
+# What the config came from, as its errors name it: the files, and --config if it was given.
+CONFIG_SOURCE = ", ".join(str(f) for f in workflow.configfiles) or "config"
+if workflow.config_settings.overwrite_config:
+    CONFIG_SOURCE += " with --config"
 # The config and every study are validated here (against src/kernelbook/schemas, and every
 # variant's launch at every size it claims); a bad one stops the run with one line naming
 # file, variant and key, not a Python traceback.
 try:
-    PROJECT = kb_config.load_project(config, root=workflow.basedir, source="config")
+    PROJECT = kb_config.load_project(config, root=workflow.basedir, source=CONFIG_SOURCE)
 except kb_config.ConfigError as e:
     print(f"kernelbook: {e}", file=sys.stderr)
     sys.exit(1)

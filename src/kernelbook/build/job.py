@@ -137,6 +137,7 @@ def compile_job(
     r = res.resources
     row = build_row(
         project, study, variant, "ok",
+        arch=getattr(res, "arch", "") or variant.target(s["arch"]),
         registers=r.registers, barriers=r.barriers, smem_static_bytes=r.smem_static_bytes,
         stack_bytes=r.stack_bytes, spill_store_bytes=r.spill_store_bytes,
         spill_load_bytes=r.spill_load_bytes, cmem0_bytes=r.cmem0_bytes,
@@ -149,6 +150,7 @@ def compile_job(
     _eprint(res.log.strip())
     _eprint(
         f"{study.name}/{variant.id}: {r.registers} registers, {r.smem_static_bytes} B static smem, "
+        f"{_dynamic_smem(project, study, variant, res)}, "
         f"{r.spill_store_bytes}/{r.spill_load_bytes} B spilled, {row['sass_instructions']} SASS"
     )
     sass = [
@@ -163,6 +165,18 @@ def compile_job(
     ]
     _write([row], build_out, sass, sass_out)
     return 0
+
+
+def _dynamic_smem(project: Project, study: Study, variant: Variant, res) -> str:
+    """The dynamic shared memory a launch passes: Triton's own, or the config's smem at the
+    headline size (it may depend on the size)."""
+    if getattr(res, "smem_dynamic", None) is not None:
+        return f"{res.smem_dynamic} B dynamic smem"
+    size = study.headline or study.sizes[-1]
+    try:
+        return f"{variant.launch(size).smem} B dynamic smem at {study.name}'s headline size"
+    except Exception:  # the variant does not run at that size
+        return "dynamic smem by size"
 
 
 def _version(variant: Variant) -> str:

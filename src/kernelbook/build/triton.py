@@ -75,6 +75,7 @@ class TritonBuild(BuildResult):
     smem_dynamic: int = 0
     num_warps: int = 4
     params: int = 0  # the kernel's parameters, hidden ones included
+    arch: str = ""  # the target Triton built the cubin for (sm_90a for capability 9.0)
 
 
 def compile_triton(
@@ -143,9 +144,12 @@ def compile_triton(
             )
     except Exception as e:
         text = str(e).strip() or repr(e)
+        # Triton's message ends with the cause, after the source excerpt ("at 2:11: ...");
+        # the first line carries it, so that the run's closing summary shows it too
+        cause = text.splitlines()[-1].strip()
         raise CompileError(
-            f"{where}: triton failed on {variant.source} ({type(e).__name__}):\n{text}\n"
-            f"command: {command}"
+            f"{where}: triton failed on {variant.source} ({type(e).__name__}): {cause}\n"
+            f"{text}\ncommand: {command}"
         ) from None
     finally:
         knobs.nvidia.dump_ptxas_log, knobs.compilation.always_compile = saved
@@ -175,4 +179,15 @@ def compile_triton(
         smem_dynamic=int(kernel.metadata.shared),
         num_warps=int(kernel.metadata.num_warps),
         params=_ptx_params(kernel.asm["ptx"], name),
+        arch=_triton_arch(int(digits)),
     )
+
+
+def _triton_arch(capability: int) -> str:
+    """The sm target Triton compiles a capability for (9.0 and later: the 'a' variant)."""
+    try:
+        from triton.backends.nvidia.compiler import sm_arch_from_capability
+
+        return sm_arch_from_capability(capability)
+    except ImportError:  # a Triton without it: its rule since 3.0
+        return f"sm_{capability}" + ("a" if capability >= 90 else "")

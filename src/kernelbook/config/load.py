@@ -62,7 +62,7 @@ def load_study(path: Path, settings: dict, root: Path) -> Study:
         shown = str(path.relative_to(root))
     except ValueError:
         shown = str(path)
-    data = read_yaml(path)
+    data = read_yaml(path, shown)
     _check_flow_commas(data, shown)
     raw = validate(data, "study", shown)
     try:

@@ -37,16 +37,18 @@ def schema(name: str) -> dict:
     return yaml.load(_schema_text(path), Loader=_Loader)
 
 
-def read_yaml(path: Path) -> Any:
+def read_yaml(path: Path, shown: str | None = None) -> Any:
+    """The YAML document at ``path``; errors name it as ``shown`` (a repo-relative path)."""
+    shown = shown or str(path)
     if not path.is_file():
-        raise ConfigError(f"{path}: file not found")
+        raise ConfigError(f"{shown}: file not found")
     try:
         return yaml.load(path.read_text(), Loader=_Loader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         problem = getattr(e, "problem", None) or str(e)
-        raise ConfigError(f"{path}: not valid YAML{where}: {problem}") from None
+        raise ConfigError(f"{shown}: not valid YAML{where}: {problem}") from None
 
 
 def _where(path_items, data: Any = None) -> str:
@@ -82,7 +84,19 @@ def validate(data: Any, schema_name: str, source: str) -> dict:
     return data
 
 
+# A nested key given with `snakemake --config 'timeouts={sanitizer_s: 45}'` arrives as a
+# string; a file passed with --configfile keeps its types.
+NESTED_HINT = (
+    " (a nested key set with snakemake --config arrives as a string: put it in a YAML file, "
+    "e.g. `timeouts: {sanitizer_s: 45}`, and pass it with --configfile FILE)"
+)
+
+
 def _message(err: jsonschema.ValidationError) -> str:
+    if err.validator == "type" and isinstance(err.instance, str) and _is_number(err.instance):
+        return err.message + NESTED_HINT
+    if err.validator == "minimum" and err.validator_value == 0 and "sizes" in err.absolute_path:
+        return f"{err.instance!r} is negative: a size is a positive integer"
     if err.validator == "required":
         return err.message.replace("is a required property", "is required")
     if err.validator == "additionalProperties":
@@ -91,6 +105,14 @@ def _message(err: jsonschema.ValidationError) -> str:
         hint = err.schema.get("description", "")
         return f"{err.instance!r} is not a valid value here" + (f" ({hint})" if hint else "")
     return err.message
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _fill_defaults(sch: dict, data: dict) -> None:
