@@ -255,6 +255,64 @@ def test_a_wrong_and_a_hanging_variant_do_not_hide_the_study(tmp_path):
     assert failed_rules <= {"bench_gate", "sanitize_gate"}, out[-6000:]
 
 
+def test_a_faults_study_costs_seconds_and_names_every_fault(tmp_path):
+    """Issue 24: a correct kernel beside wrong, out-of-bounds, hanging and non-compiling
+    ones, from an empty results/ to the gates' summary and the page, under the default
+    limits: within 3 minutes, every fault named at the end. The tools do not wait out
+    their full limits on a kernel the bench already found failing."""
+    import time
+
+    import yaml
+
+    root = _copy_with_analysis(tmp_path / "repo")
+    (root / "kernels" / "controls" / "96_syntax.cu").write_text(
+        'extern "C" __global__ void control_syntax(int n) { this is not C }\n'
+    )
+    faults = dict(MIXED, title="One correct kernel and four faulty ones")
+    faults["variants"] = [
+        *MIXED["variants"],
+        {
+            "id": "92_oob",
+            "source": "kernels/controls/92_oob.cu",
+            "entry": "control_oob",
+            "grid": ["cdiv(N, 32)", "cdiv(M, 32)"],
+            "block": [1024],
+        },
+        {
+            "id": "96_syntax",
+            "source": "kernels/controls/96_syntax.cu",
+            "entry": "control_syntax",
+            "grid": [1],
+            "block": [32],
+        },
+    ]
+    (root / "config" / "studies" / "faults.yaml").write_text(yaml.safe_dump(faults))
+    cfgfile = root / "config" / "config.yaml"
+    conf = yaml.safe_load(cfgfile.read_text())
+    conf.update(studies=["faults"])
+    cfgfile.write_text(yaml.safe_dump(conf))
+    start = time.monotonic()
+    proc = _snakemake_in(root, "--cores", "4", "all")
+    took = time.monotonic() - start
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-6000:]
+    base = root / "results" / INFO.slug / "faults"
+    assert (base / "worklog.md").is_file() and (base / "worklog.html").is_file(), out[-6000:]
+    tail = proc.stderr[proc.stderr.rindex("kernelbook: the run's gates failed:") :]
+    for named in (
+        "faults/90_wrong 256x256x256 [bench] wrong:",
+        "faults/92_oob",
+        "faults/95_hang 256x256x256 [bench] hang:",
+        "faults/96_syntax - [compile] compile:",
+    ):
+        assert named in tail, tail
+    san = pd.read_parquet(base / "sanitizer.parquet")
+    oob = san[san["variant"] == "92_oob"]
+    assert len(oob) and (oob["verdict"] != "hang").all(), oob  # explained or stopped, not waited on
+    print(f"faults study: {took:.0f} s from an empty results/ to the gates' summary")
+    assert took <= 180, took
+
+
 def _group_alive(needle: str) -> list[int]:
     pids = []
     for p in Path("/proc").iterdir():

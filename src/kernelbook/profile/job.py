@@ -82,6 +82,7 @@ def sanitize_job(
 ) -> int:  # fmt: skip
     failed = bench_failures(bench_table)
     lost = next(((k, r) for k, r in failed.values() if k in sanitize.NOT_RERUN), None)
+    bad = next(iter(failed.values()), None)  # failed at some size: explained, not waited on
     slot = gpu.acquire_slot(preload=())
     if variant.is_tuned:
         headline = study.headline or study.profile_sizes[0]
@@ -96,7 +97,7 @@ def sanitize_job(
             continue
         part = sanitize.sanitize_variant(
             project, study, run, path, size, slot.uuid,
-            tools=study.sanitize_tools, skip=lost, expect=variant.expect,
+            tools=study.sanitize_tools, skip=lost, expect=variant.expect, failed=bad,
         )  # fmt: skip
         rows += [{**r, "variant": variant.id} for r in part]
     tables.write(rows or _empty("sanitizer", study), out, "sanitizer", study.size_names)

@@ -14,6 +14,7 @@ from kernelbook.procs import ToolTimeout, run_tool
 
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 SANITIZER_TIMEOUT_S = 600.0  # timeouts.sanitizer_s's default
+FAILED_TIMEOUT_S = 30.0  # timeouts.failed_sanitizer_s's default
 # A negative control's `expect` that a sanitizer tool must report (else the gate fails).
 EXPECT_TOOL = {"out_of_bounds": "memcheck", "race": "racecheck"}
 # Bench failures after which the sanitizer is not run: nothing would come of it but a
@@ -90,11 +91,15 @@ def sanitize_variant(
     log=lambda s: print(s, file=sys.stderr, flush=True),
     skip: tuple[str, str] | None = None,
     expect: str | None = None,
+    failed: tuple[str, str] | None = None,
 ) -> list[dict]:
     """Each tool on ``variant`` at ``size``, in its own process group, within
     timeouts.sanitizer_s. ``skip`` (kind, reason): the bench found it hangs or cannot run,
-    so each tool gets a ``not_run`` row instead. ``expect``: the declared variant's
-    `expect` (a negative control's findings are ``expected``, not ``findings``)."""
+    so each tool gets a ``not_run`` row instead. ``failed`` (kind, reason): the bench found
+    it failing at some size; the tools run once to say where, within the shorter
+    timeouts.failed_sanitizer_s, and a tool still running then gets a ``not_run`` row that
+    says so. ``expect``: the declared variant's `expect` (a negative control's findings are
+    ``expected``, not ``findings``)."""
     from kernelbook import gpu, problems
     from kernelbook.provenance import sha256_source
 
@@ -103,7 +108,12 @@ def sanitize_variant(
     facts = gpu.device_facts(slot_uuid)
     env = {**os.environ, "KERNELBOOK_SLOT_HELD": "1", "CUDA_VISIBLE_DEVICES": slot_uuid}
     known = variant.known_findings
-    timeout = float(project.settings.get("timeouts", {}).get("sanitizer_s", SANITIZER_TIMEOUT_S))
+    limits = project.settings.get("timeouts", {})
+    timeout = float(limits.get("sanitizer_s", SANITIZER_TIMEOUT_S))
+    setting = "timeouts.sanitizer_s"
+    if failed is not None:
+        timeout = min(timeout, float(limits.get("failed_sanitizer_s", FAILED_TIMEOUT_S)))
+        setting = "timeouts.failed_sanitizer_s"
     where = f"{study.name}/{variant.id} at {label}"
 
     def sanitize_with(tool) -> tuple[Findings, int, str | None]:
@@ -118,10 +128,13 @@ def sanitize_variant(
                 cmd,
                 timeout=timeout,
                 what=f"{where}: {tool}",
-                setting="timeouts.sanitizer_s",
+                setting=setting,
                 env=env,
             )
         except ToolTimeout as e:
+            if failed is not None:  # the bench's failure is the finding; this is no hang
+                why = f"stopped after {timeout:g} s ({setting}): the bench found it failing"
+                return Findings(tool, 0, 0, f"{why} ({failed[0]}: {failed[1]})"), -1, "not_run"
             return Findings(tool, 0, 0, str(e)), -1, "hang"
         try:
             return parse(tool, proc.stdout + proc.stderr), proc.returncode, None
