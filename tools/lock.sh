@@ -74,4 +74,13 @@ if grep -nE '^[^# ].*(@ |file:)' "$LOCK"; then
   echo "tools/lock.sh: $LOCK holds a direct reference (above); it would not install elsewhere" >&2
   exit 1
 fi
+# torch's CUDA build (PyPI's, where the CPU build is not at hand) would bring nvidia-* runtime
+# wheels that a CPU-only machine does not need; the project's own nvidia-* are these three.
+cuda=$(grep -E '^nvidia-' "$LOCK" | grep -vE '^nvidia-(cuda-cuobjdump|cuda-nvdisasm|ml-py)==' || true)
+if [ -n "$cuda" ]; then
+  echo "tools/lock.sh: torch resolved to a CUDA build, which brings:" $cuda >&2
+  echo "  make torch's CPU build visible to pip (pip install torch==2.13.0 takes it) and rerun" >&2
+  git checkout -- "$LOCK"
+  exit 1
+fi
 echo "$LOCK: $(grep -cE '^[A-Za-z0-9]' "$LOCK") packages pinned"
