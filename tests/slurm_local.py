@@ -6,6 +6,12 @@ state and logs from it, listen on free ports, and the clients find the cluster t
 SLURM_CONF (``LocalSlurm.env``). Needs root (slurmd runs jobs as their submitting user, and
 munged's key must belong to the user it runs as).
 
+Each pytest-xdist worker starts a cluster of its own (its own folder, ports and daemons);
+what the workers share is the machine: ``install()`` runs apt-get in one process at a time
+(a file lock under /tmp, taken by every worker and every pytest run on the machine; the
+others wait, then find the tools installed), and ``start()`` picks its ports and starts its
+daemons under another, so that no two clusters pick the same free port.
+
 No slurmdbd: accounting is off, so ``sacct`` answers nothing; the executor plugin polls
 ``squeue`` instead, which sees finished jobs for MinJobAge seconds (set long here). Every
 finished job is also written by jobcomp/filetxt to ``jobcomp.txt``, one line of key=value
@@ -14,7 +20,10 @@ pairs per job (JobId, Name, State, NodeList, ...), the record tests read.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import re
 import shutil
 import signal
 import socket
@@ -36,28 +45,82 @@ def missing_tools() -> list[str]:
     return [t for t in (*DAEMONS, *CLIENTS) if shutil.which(t) is None]
 
 
-def install(timeout: float = 600) -> None:
-    """apt-get the daemons and clients if any is missing (root, Debian)."""
+# Node-local locks, one per machine like apt's own (not under pytest's basetemp, which is one
+# per pytest run): one for the apt-get install, one for picking ports and starting daemons.
+INSTALL_LOCK = Path("/tmp/kernelbook-slurm-install.lock")
+START_LOCK = Path("/tmp/kernelbook-slurm-start.lock")
+# apt-get install waits up to this long for dpkg's locks (DPkg::Lock::Timeout). apt-get update
+# does not wait for its lists lock at all (apt 2.6: "Could not get lock /var/lib/apt/lists/lock",
+# exit 100, at once, whatever DPkg::Lock::Timeout says), so a command refused for a lock that
+# an apt-get outside these tests holds is run again, until the same deadline.
+APT_LOCK_TIMEOUT = 300
+APT_OPTIONS = ("-o", f"DPkg::Lock::Timeout={APT_LOCK_TIMEOUT}", "-o", "Acquire::Retries=3")
+APT_LOCKED = re.compile(r"Could not get lock|Unable to lock|Unable to acquire the dpkg")
+
+
+@contextlib.contextmanager
+def machine_lock(path: Path, timeout: float, what: str):
+    """Hold an exclusive flock on ``path``, waiting up to ``timeout`` s for its holder."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise SlurmError(
+                        f"{what}: {path} still locked by another process after {timeout:.0f} s"
+                    ) from None
+                time.sleep(0.5)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def apt_get(*args: str, timeout: float = APT_LOCK_TIMEOUT * 2) -> None:
+    """``apt-get -o DPkg::Lock::Timeout=... ARGS``, again while apt's locks are held."""
+    cmd = ["apt-get", *APT_OPTIONS, *args]
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=max(left, 1))
+        except subprocess.TimeoutExpired:
+            raise SlurmError(f"{' '.join(cmd)} did not finish in {timeout:.0f} s") from None
+        if p.returncode == 0:
+            return
+        if APT_LOCKED.search(p.stderr) and deadline - time.monotonic() > 5:
+            time.sleep(5)  # another apt-get or dpkg is at work on this machine
+            continue
+        raise SlurmError(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stdout}{p.stderr}")
+
+
+def install(timeout: float = 900) -> None:
+    """apt-get the daemons and clients if any is missing (root, Debian), once per machine:
+    concurrent callers (xdist workers, other pytest runs) wait for the one installing."""
     if not missing_tools():
         return
     if shutil.which("apt-get") is None:
         raise SlurmError(f"no apt-get to install {' '.join(PACKAGES)}")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (
-        ["apt-get", "update", "-qq"],
-        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *PACKAGES],
-    ):
-        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-        if p.returncode != 0:
-            raise SlurmError(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stdout}{p.stderr}")
+    with machine_lock(INSTALL_LOCK, timeout, f"installing {' '.join(PACKAGES)}"):
+        if not missing_tools():
+            return  # installed while this process waited for the lock
+        apt_get("update", "-qq")
+        apt_get("install", "-y", "-qq", "--no-install-recommends", *PACKAGES)
     if missing_tools():
         raise SlurmError(f"still missing after apt-get install: {' '.join(missing_tools())}")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct ports free now (each socket is held until all are picked)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for s in socks:
+            s.bind(("", 0))  # the daemons listen on every address
+        return [s.getsockname()[1] for s in socks]
 
 
 def node_line(name: str) -> str:
@@ -104,13 +167,14 @@ class LocalSlurm:
         key.write_bytes(os.urandom(1024))
         key.chmod(0o600)
         node = node_line(self.name)
+        ctld_port, slurmd_port = free_ports(2)
         self.conf.write_text(
             f"""\
 # one-node test cluster (tests/slurm_local.py)
 ClusterName=kbtest
 SlurmctldHost={self.name}(127.0.0.1)
-SlurmctldPort={free_port()}
-SlurmdPort={free_port()}
+SlurmctldPort={ctld_port}
+SlurmdPort={slurmd_port}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -173,6 +237,13 @@ PartitionName={self.partition} Nodes={self.name} Default=YES MaxTime=INFINITE St
         raise SlurmError(f"{what} not ready after {timeout:.0f} s {self.logs()}")
 
     def start(self, timeout: float = 60) -> LocalSlurm:
+        # Ports are picked free and bound only when the daemons listen: another cluster on
+        # this machine (the next xdist worker's) picks its own once this one's are taken.
+        with machine_lock(START_LOCK, 4 * timeout, "starting the local SLURM"):
+            self._start(timeout)
+        return self
+
+    def _start(self, timeout: float) -> None:
         self.write_config()
         r = self.root
         self._spawn(
@@ -210,7 +281,6 @@ PartitionName={self.partition} Nodes={self.name} Default=YES MaxTime=INFINITE St
             ],
         )
         self._wait("the node", lambda: self.node_state() == "idle", timeout)
-        return self
 
     def stop(self) -> None:
         for name in reversed(list(self.procs)):

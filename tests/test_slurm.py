@@ -18,15 +18,18 @@ import re
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pandas as pd
 import pytest
+import slurm_local
 import yaml
 from conftest import copy_env, copy_repo, planned_jobs, run_in, snakemake
 from slurm_local import LocalSlurm, SlurmError, install, missing_tools
 from test_worklog import GPU, STUDY, make_repo, publish_fixture
 
+from kernelbook import build as kb_build
 from kernelbook import gpu as kb_gpu
 from kernelbook import tables
 from kernelbook.report import publish as kb_publish
@@ -69,7 +72,11 @@ def output(proc: subprocess.CompletedProcess) -> str:
 
 @pytest.fixture(scope="session")
 def slurm(tmp_path_factory):
-    """A running one-node SLURM cluster (installed if missing); torn down afterwards."""
+    """A running one-node SLURM cluster (installed if missing); torn down afterwards.
+
+    One per xdist worker, each in that worker's basetemp with its own ports and daemons
+    (test_gpu_job_asks_for_a_gpu_and_is_refused_here counts the jobs its cluster records);
+    the apt-get install, if any, runs in one worker while the others wait for it."""
     try:
         install()
     except SlurmError as e:
@@ -116,17 +123,26 @@ def small_study(dest: Path) -> Path:
     return root
 
 
+# The two tests of `runs` stay on one xdist worker, so that its two builds are made once.
+ON_RUNS_WORKER = pytest.mark.xdist_group("slurm_runs")
+
+
 @pytest.fixture(scope="module")
 def runs(slurm, tmp_path_factory, nogpu_args):
     """The same small book built twice: through SLURM, and locally (--cores 2)."""
     base = tmp_path_factory.mktemp("slurm_runs")
     # both at the same path, one after the other: nvcc -lineinfo writes the source's
-    # absolute path into the cubin, so only then can the two be compared byte for byte
+    # absolute path into the cubin, so only then can the two be compared byte for byte.
+    # The session's cubin cache is keyed by content, not path: a cubin another worker
+    # compiled in another copy would carry that copy's path, so these two builds share a
+    # cache of their own (the SLURM jobs inherit it through sbatch's environment).
     book = base / "book"
-    ref = snakemake(small_study(book), "--cores", "2", "all", *nogpu_args, timeout=900)
-    local = book.rename(base / "local")
-    remote = small_study(book)
-    proc = via_slurm(slurm, remote, "all", *nogpu_args)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(kb_build.CACHE_ENV, str(base / "cubins"))
+        ref = snakemake(small_study(book), "--cores", "2", "all", *nogpu_args, timeout=900)
+        local = book.rename(base / "local")
+        remote = small_study(book)
+        proc = via_slurm(slurm, remote, "all", *nogpu_args)
     return remote, proc, local, ref
 
 
@@ -140,6 +156,7 @@ def submitted(proc) -> dict[str, str]:
 
 
 @needs_slurm
+@ON_RUNS_WORKER
 def test_jobs_went_through_sbatch(slurm, runs):
     remote, proc, _, _ = runs
     assert proc.returncode == 0, output(proc)[-6000:]
@@ -203,6 +220,7 @@ VOLATILE = {"built_at"}
 
 
 @needs_slurm
+@ON_RUNS_WORKER
 def test_outputs_equal_a_local_run(runs):
     remote, proc, local, ref = runs
     assert proc.returncode == 0, output(proc)[-6000:]
@@ -323,6 +341,76 @@ def test_profile_requests_a_gpu_for_gpu_rules_only(slurm, repo_copy):
             assert res["slurm_partition"] == "cpus", (r, res)
     # results go where the model says, also from this host without a GPU
     assert "results/h100/transpose/measurements.parquet" in output(proc)
+
+
+# ------------------------------------------------------------------------------------------
+# The install, once per machine (no root needed: apt-get is stood in for)
+
+INSTALLER = textwrap.dedent(
+    """\
+    import sys, time
+    from pathlib import Path
+    sys.path.insert(0, sys.argv[2])
+    import slurm_local as sl
+    d = Path(sys.argv[1])
+    sl.INSTALL_LOCK = d / "install.lock"
+    sl.missing_tools = lambda: [] if (d / "installed").exists() else ["slurmd"]
+    sl.shutil.which = lambda name: "/usr/bin/" + name
+    def apt_get(*args, **kw):
+        with open(d / "apt.log", "a") as f:
+            f.write(" ".join(args) + "\\n")
+        time.sleep(1)  # long enough for the other processes to be waiting
+        if args[0] == "install":
+            (d / "installed").touch()
+    sl.apt_get = apt_get
+    sl.install(timeout=60)
+    """
+)
+
+
+def test_install_runs_apt_get_once_for_concurrent_workers(tmp_path):
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", INSTALLER, str(tmp_path), str(Path(__file__).parent)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    outs = [p.communicate(timeout=60)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], outs
+    log = (tmp_path / "apt.log").read_text().splitlines()
+    assert log == [
+        "update -qq",
+        f"install -y -qq --no-install-recommends {' '.join(slurm_local.PACKAGES)}",
+    ]
+
+
+def test_apt_get_waits_for_apt_locks(monkeypatch):
+    calls = []
+    locked = "E: Could not get lock /var/lib/apt/lists/lock. It is held by process 7 (apt-get)\n"
+
+    def run(cmd, **kw):
+        calls.append(cmd)
+        rc, err = (100, locked) if len(calls) < 3 else (0, "")
+        return subprocess.CompletedProcess(cmd, rc, "", err)
+
+    monkeypatch.setattr(slurm_local.subprocess, "run", run)
+    monkeypatch.setattr(slurm_local.time, "sleep", lambda s: None)
+    slurm_local.apt_get("update", "-qq")
+    assert len(calls) == 3  # refused twice for the lists lock, which update does not wait for
+    assert calls[0][:5] == ["apt-get", "-o", "DPkg::Lock::Timeout=300", "-o", "Acquire::Retries=3"]
+    # any other failure is reported at once, with apt-get's words
+    calls.clear()
+    monkeypatch.setattr(
+        slurm_local.subprocess,
+        "run",
+        lambda cmd, **kw: calls.append(cmd) or subprocess.CompletedProcess(cmd, 100, "", "E: boom"),
+    )
+    with pytest.raises(SlurmError, match=r"apt-get .* install munge failed \(100\):\nE: boom"):
+        slurm_local.apt_get("install", "munge")
+    assert len(calls) == 1
 
 
 # ------------------------------------------------------------------------------------------
