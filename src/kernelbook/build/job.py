@@ -11,7 +11,7 @@ from pathlib import Path
 from kernelbook import provenance, tables
 from kernelbook.build import nvcc
 from kernelbook.build import triton as triton_build
-from kernelbook.config import Project, Study, Variant
+from kernelbook.config import Project, Study, Variant, tool_limit
 
 
 @dataclass(frozen=True)
@@ -35,10 +35,6 @@ def nvcc_flags_text(project: Project, variant: Variant) -> str:
     if variant.kind != "cuda":
         return ""
     return " ".join(list(project.settings["nvcc_flags"]) + list(variant.nvcc_flags))
-
-
-def nvcc_timeout(settings) -> float:
-    return float(settings.get("timeouts", {}).get("nvcc_s", nvcc.NVCC_TIMEOUT_S))
 
 
 def build_row(project: Project, study: Study, variant: Variant, status: str, **fields) -> dict:
@@ -114,11 +110,11 @@ def compile_job(
         if variant.kind == "triton":
             res = triton_build.compile_triton(
                 variant, s["arch"], project.root, study.dtype, study.problem, cubin,
-                s["timeouts"]["nvcc_s"],
+                tool_limit(s, "nvcc_s"),
             )  # fmt: skip
         else:
             res = nvcc.compile_variant(
-                variant, s["arch"], flags, project.root, cubin, s["timeouts"]["nvcc_s"]
+                variant, s["arch"], flags, project.root, cubin, tool_limit(s, "nvcc_s")
             )
     except nvcc.CompileError as e:
         if not record_failure:
@@ -204,11 +200,17 @@ def compile_now(project: Project, study: Study, variant: Variant, cubin: Path) -
         return BuildInfo(cubin, "", "")
     if variant.kind == "triton":
         res = triton_build.compile_triton(
-            variant, s["arch"], project.root, study.dtype, study.problem, cubin, nvcc_timeout(s)
+            variant,
+            s["arch"],
+            project.root,
+            study.dtype,
+            study.problem,
+            cubin,
+            tool_limit(s, "nvcc_s"),
         )
         return BuildInfo(cubin, res.nvcc_version, "", smem=res.smem_dynamic)
     res = nvcc.compile_variant(
-        variant, s["arch"], list(s["nvcc_flags"]), project.root, cubin, nvcc_timeout(s)
+        variant, s["arch"], list(s["nvcc_flags"]), project.root, cubin, tool_limit(s, "nvcc_s")
     )
     return BuildInfo(cubin, res.nvcc_version, flags)
 

@@ -26,7 +26,7 @@ from types import ModuleType
 
 from kernelbook import problems
 from kernelbook.build.nvcc import BuildResult, CompileError, parse_ptxas, sass_of
-from kernelbook.config import Variant
+from kernelbook.config import TRITON_DEFAULTS, Variant, arch_number
 
 
 def load_module(root: Path, variant: Variant) -> ModuleType:
@@ -119,14 +119,12 @@ def compile_triton(
     signature = dict(zip(runtime, types, strict=True))
     signature.update({m: "constexpr" for m in meta})
     constexprs = {m: variant.defines[m] for m in meta}
-    digits = "".join(ch for ch in arch.partition("_")[2] if ch.isdigit())
-    if not digits:
+    capability = arch_number(arch)
+    if not capability:
         raise CompileError(f"{where}: arch '{arch}' names no compute capability for Triton")
-    target = GPUTarget("cuda", int(digits), 32)
-    options = {
-        "num_warps": int(variant.defines.get("NUM_WARPS", 4)),
-        "num_stages": int(variant.defines.get("NUM_STAGES", 3)),
-    }
+    target = GPUTarget("cuda", capability, 32)
+    launch = {**TRITON_DEFAULTS, **variant.defines}
+    options = {"num_warps": int(launch["NUM_WARPS"]), "num_stages": int(launch["NUM_STAGES"])}
     command = (
         f"triton {version}: triton.compile(ASTSource({variant.entry}, signature={signature}, "
         f"constexprs={constexprs}), target={target}, options={options})"
@@ -179,7 +177,7 @@ def compile_triton(
         smem_dynamic=int(kernel.metadata.shared),
         num_warps=int(kernel.metadata.num_warps),
         params=_ptx_params(kernel.asm["ptx"], name),
-        arch=_triton_arch(int(digits)),
+        arch=_triton_arch(capability),
     )
 
 

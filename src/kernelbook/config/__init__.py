@@ -31,6 +31,7 @@ from kernelbook.config.schema import (  # noqa: F401
     ConfigError,
     read_yaml,
     schema,
+    tool_limit,
     validate,
 )
 from kernelbook.config.sizes import expand_sizes  # noqa: F401

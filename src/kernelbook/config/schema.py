@@ -121,3 +121,12 @@ def _fill_defaults(sch: dict, data: dict) -> None:
             data[key] = copy.deepcopy(sub["default"])
         if isinstance(data.get(key), dict) and "properties" in sub:
             _fill_defaults(sub, data[key])
+
+
+def tool_limit(settings: dict, key: str) -> float:
+    """The wall-clock limit ``timeouts.<key>`` of an external tool, in seconds: the config's
+    value, else the schema's default (settings built by hand may leave it out)."""
+    given = (settings.get("timeouts") or {}).get(key)
+    if given is None:
+        given = schema("config")["properties"]["timeouts"]["properties"][key]["default"]
+    return float(given)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from kernelbook import gpu, problems
 from kernelbook.build.job import compile_now, row_smem, sibling_build_row
-from kernelbook.config import ConfigError, Project, Study, Variant
+from kernelbook.config import ConfigError, Project, Study, Variant, tool_limit
 from kernelbook.launch.kernel import kernel_launcher, load_kernel
 
 # The NVTX range every launch runs in: ncu's --nvtx-include selects it (profile.ncu).
@@ -114,7 +114,7 @@ def launch_variant(
         )
         kernel = load_kernel(project.root, study, variant, cubin_path, smem)
         run, launch = kernel_launcher(kernel, study, variant, sizes, case)
-        limit = float(project.settings["timeouts"]["launch_s"])
+        limit = tool_limit(project.settings, "launch_s")
         where = f"{study.name}/{variant.id} at {problem.label(sizes)}"
         nvtx = nvtx_range()
         for i in range(repeat):

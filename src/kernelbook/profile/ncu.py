@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from kernelbook import provenance
+from kernelbook.config import tool_limit
 from kernelbook.launch.process import NVTX_RANGE, launch_command
 from kernelbook.procs import ToolTimeout, run_tool
 
@@ -259,7 +260,7 @@ def profile_variant(
     problem = problems.get(study.problem)
     facts = gpu.device_facts(slot_uuid)
     version = ncu_version()
-    timeout = float(project.settings.get("timeouts", {}).get("ncu_s", NCU_TIMEOUT_S))
+    timeout = tool_limit(project.settings, "ncu_s")
     prov = {
         "study": study.name,
         "variant": variant.id,

@@ -9,12 +9,11 @@ import sys
 from dataclasses import dataclass
 
 from kernelbook import provenance
+from kernelbook.config import tool_limit
 from kernelbook.launch.process import launch_command
 from kernelbook.procs import ToolTimeout, run_tool
 
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
-SANITIZER_TIMEOUT_S = 600.0  # timeouts.sanitizer_s's default
-FAILED_TIMEOUT_S = 30.0  # timeouts.failed_sanitizer_s's default
 # A negative control's `expect` that a sanitizer tool must report (else the gate fails).
 EXPECT_TOOL = {"out_of_bounds": "memcheck", "race": "racecheck"}
 # Bench failures after which the sanitizer is not run: nothing would come of it but a
@@ -108,11 +107,10 @@ def sanitize_variant(
     facts = gpu.device_facts(slot_uuid)
     env = {**os.environ, "KERNELBOOK_SLOT_HELD": "1", "CUDA_VISIBLE_DEVICES": slot_uuid}
     known = variant.known_findings
-    limits = project.settings.get("timeouts", {})
-    timeout = float(limits.get("sanitizer_s", SANITIZER_TIMEOUT_S))
+    timeout = tool_limit(project.settings, "sanitizer_s")
     setting = "timeouts.sanitizer_s"
     if failed is not None:
-        timeout = min(timeout, float(limits.get("failed_sanitizer_s", FAILED_TIMEOUT_S)))
+        timeout = min(timeout, tool_limit(project.settings, "failed_sanitizer_s"))
         setting = "timeouts.failed_sanitizer_s"
     where = f"{study.name}/{variant.id} at {label}"
 
