@@ -13,27 +13,38 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 from conftest import REPO, kernelbook_cli, planned_jobs, run_in, snakemake
 
 from kernelbook import config as cfg
-from kernelbook import tables
+from kernelbook import layout, tables, tune
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 
 GATHERS = {"build_table", "sass_table", "build_gate", "all"}
 
 
+def _published(root: Path, study: str) -> list[pd.DataFrame]:
+    return [
+        tables.read(layout.published_paths(root / "worklogs", gpu, name)["measurements"])
+        for gpu, name in layout.published(root / "worklogs")
+        if name == study
+    ]
+
+
 def job_ids(root: Path, study: str = "sgemm") -> list[str]:
+    """What a run without a GPU compiles of a study: its plain variants and the candidates
+    the published pages show (candidates_without_gpu: used)."""
     project = cfg.load_project_file(root / "config" / "config.yaml")
-    return [v.id for v in project.study(study).jobs()]
+    return tune.jobs_without_gpu(project.study(study), _published(root, study))
 
 
 def all_job_ids(root: Path) -> list[tuple[str, str]]:
-    """(study, job) of every configured study."""
+    """(study, job) of every configured study, compiled without a GPU."""
     project = cfg.load_project_file(root / "config" / "config.yaml")
-    return sorted((name, v.id) for name, st in project.studies.items() for v in st.jobs())
+    return sorted((name, v) for name in project.studies for v in job_ids(root, name))
 
 
 def compiled_jobs(jobs) -> list[tuple[str, str]]:
@@ -121,6 +132,30 @@ def test_dry_run_lists_a_compile_job_per_variant(repo_copy, nogpu_args):
     # no GPU: nothing is benched
     assert not [rule for rule, _ in jobs if rule in ("bench", "select_tuned", "device")]
     assert not (repo_copy / "results").exists()  # a dry run writes nothing
+
+
+def test_without_a_gpu_the_candidates_the_pages_show_are_compiled(repo_copy):
+    """candidates_without_gpu: used compiles each tuned variant's published winners (its
+    first candidate where nothing is published) and says so; 'all' compiles every one."""
+    shutil.copytree(REPO / "worklogs", repo_copy / "worklogs")
+    proc = snakemake(repo_copy, "-n", "all", "--config", "gpu=none")
+    assert proc.returncode == 0, output(proc)
+    compiled = compiled_jobs(planned_jobs(output(proc)))
+    assert compiled == all_job_ids(repo_copy)
+    project = cfg.load_project_file(repo_copy / "config" / "config.yaml")
+    sgemm = project.study("sgemm")
+    published = tables.read(repo_copy / "worklogs/nvidia-h200/sgemm/data/measurements.parquet")
+    won = set(published.loc[published["variant_kind"] == "tuned", "tuned_from"].dropna())
+    assert won and won <= {v for s, v in compiled if s == "sgemm"}
+    tuned = [v for v in sgemm.variants if v.is_tuned]
+    for v in tuned:  # at least one candidate of every tuned variant
+        assert any(c in v.candidates for s, c in compiled if s == "sgemm"), v.id
+    assert len(compiled) < sum(len(st.jobs()) for st in project.studies.values())
+    said = [line for line in proc.stderr.splitlines() if "candidates" in line]
+    assert said and "the published pages show are compiled" in said[0], proc.stderr
+    proc = snakemake(repo_copy, "-n", "all", "--config", "gpu=none", "candidates_without_gpu=all")
+    every = compiled_jobs(planned_jobs(output(proc)))
+    assert every == sorted((n, v.id) for n, st in project.studies.items() for v in st.jobs())
 
 
 # Plans the DAG of a machine with two H200s: NVML's answer is replaced before Snakemake

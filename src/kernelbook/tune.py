@@ -104,3 +104,26 @@ def select(candidates: pd.DataFrame, tuned: str) -> pd.DataFrame:
             best["correct"] = None
         rows.append(best.to_frame().T)
     return pd.concat(rows, ignore_index=True)
+
+
+def used_candidates(variant, published: list[pd.DataFrame]) -> list[str]:
+    """The candidates of a tuned variant that published pages show: the winners recorded in
+    each published measurements table (a confirmed row's ``tuned_from``), in the variant's
+    order; its first candidate where none is published (its source is still compiled)."""
+    won = set()
+    for meas in published:
+        if {"variant", "variant_kind", "tuned_from"} <= set(meas.columns):
+            rows = meas[(meas["variant"] == variant.id) & (meas["variant_kind"] == "tuned")]
+            won |= set(rows["tuned_from"].dropna())
+    used = [c for c in variant.candidates if c in won]
+    return used or list(variant.candidates[:1])
+
+
+def jobs_without_gpu(study, published: list[pd.DataFrame]) -> list[str]:
+    """What a run without a GPU compiles of a study: every plain variant, and each tuned
+    variant's used candidates (``used_candidates``)."""
+    out = [v.id for v in study.variants if not v.is_tuned]
+    for v in study.variants:
+        if v.is_tuned:
+            out += used_candidates(v, published)
+    return out

@@ -16,6 +16,8 @@ from kernelbook import slurm as kb_cluster  # noqa: E402
 from kernelbook import config as kb_config  # noqa: E402
 from kernelbook import gpu as kb_gpu  # noqa: E402
 from kernelbook import layout as kb_layout  # noqa: E402
+from kernelbook import tables as kb_tables  # noqa: E402
+from kernelbook import tune as kb_tune  # noqa: E402
 
 # What the config came from, as its errors name it: the files, and --config if it was given.
 CONFIG_SOURCE = ", ".join(str(f) for f in workflow.configfiles) or "config"
@@ -25,7 +27,9 @@ if workflow.config_settings.overwrite_config:
 # variant's launch at every size it claims); a bad one stops the run with one line naming
 # file, variant and key, not a Python traceback.
 try:
-    PROJECT = kb_config.load_project(config, root=workflow.basedir, source=CONFIG_SOURCE)
+    PROJECT = kb_config.load_project(
+        config, root=workflow.basedir, source=CONFIG_SOURCE
+    )
 except kb_config.ConfigError as e:
     print(f"kernelbook: {e}", file=sys.stderr)
     sys.exit(1)
@@ -106,8 +110,47 @@ def build_settings_arg(wildcards):
     )
 
 
+def published_measurements(study):
+    """The measurements tables published for a study, on every GPU."""
+    return [
+        kb_tables.read(
+            kb_layout.published_paths(kb_layout.WORKLOGS, gpu, name)["measurements"]
+        )
+        for gpu, name in kb_layout.published()
+        if name == study
+    ]
+
+
+def compiled_jobs(study):
+    """What a study compiles: every variant and candidate with a GPU (or with
+    candidates_without_gpu: all); without one, a tuned variant's candidates that the
+    published pages show (kernelbook.tune.used_candidates)."""
+    s = PROJECT.study(study)
+    if TARGET_GPU or SETTINGS["candidates_without_gpu"] == "all":
+        return [v.id for v in s.jobs()]
+    return kb_tune.jobs_without_gpu(s, published_measurements(study))
+
+
+JOBS = {name: compiled_jobs(name) for name in PROJECT.studies}
+
+
 def job_ids(study):
-    return [v.id for v in PROJECT.study(study).jobs()]
+    return JOBS[study]
+
+
+if TARGET_GPU is None:
+    _all = sum(len(PROJECT.study(n).candidates) for n in PROJECT.studies)
+    _used = sum(
+        len(JOBS[n]) - sum(not v.is_tuned for v in PROJECT.study(n).variants)
+        for n in PROJECT.studies
+    )
+    if _used < _all:
+        print(
+            f"kernelbook: of the tuned variants' {_all} candidates, the {_used} that the "
+            "published pages show are compiled (candidates_without_gpu: all compiles every "
+            "one; a GPU run compiles and benches them all)",
+            file=sys.stderr,
+        )
 
 
 def build_files(kind):
