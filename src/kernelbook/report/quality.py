@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from kernelbook.report import figures, stages
+from kernelbook.report import plot, stages
 
 # The stable-denominator bound: a baseline's median at one size may spread by at most this
 # (max over min) across the jobs of one run; the page flags sizes above it.
@@ -75,13 +75,13 @@ def sample_rows(meas: pd.DataFrame, samples: pd.DataFrame, size: str) -> pd.Data
 
 def distribution(
     meas: pd.DataFrame, samples: pd.DataFrame | None, order: list[str], outdir, *, size_label: str
-) -> figures.Figure:
+) -> plot.Figure:
     """Every sample at the headline size, relative to its own median, variant and baseline."""
     if samples is None or samples.empty:
-        raise figures.NoData("no samples table (samples.parquet) for this study")
+        raise plot.NoData("no samples table (samples.parquet) for this study")
     s = sample_rows(meas, samples, size_label)
     if s.empty:
-        raise figures.NoData(f"no samples at {size_label}")
+        raise plot.NoData(f"no samples at {size_label}")
     vs = [v for v in order if v in set(s["row"])]
     med = s.groupby(["row", "function"])["ms"].transform("median")
     s = s.assign(
@@ -106,7 +106,7 @@ def distribution(
         "measurement; the baseline (and the copy, for bandwidth-bound studies) was sampled "
         "alternately with the variant in the same job. The 0.5 to 99.5 percentiles are shown."
     )
-    return figures.save(
+    return plot.save(
         fig, outdir, "distribution", "Sample distribution at the headline size", caption
     )
 
