@@ -18,7 +18,6 @@ import subprocess
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -28,7 +27,17 @@ from conftest import REPO, copy_repo, kernelbook_cli, run_in, snakemake
 from kernelbook import config as cfg
 from kernelbook import layout, tables, tune
 from kernelbook.build.nvcc import sha256_file
-from kernelbook.report import diagnostics, figures, markdown, meta, plot, publish, stale, worklog
+from kernelbook.report import (
+    diagnostics,
+    figures,
+    markdown,
+    meta,
+    plot,
+    publish,
+    sources,
+    stale,
+    worklog,
+)
 from kernelbook.report.data import candidate_id, ladder_order, ladder_sass
 from kernelbook.report.sections import attention
 
@@ -677,10 +686,9 @@ def test_a_new_variant_is_not_yet_measured_rather_than_stale(published_repo):
     assert "snakemake --cores 1 all`, then `snakemake --cores 1 publish`" in proc.stdout
     # the page rendered from the published data
     worklogs = published_repo / "worklogs"
-    w = publish.Worklogs("results", None, project_of(published_repo), worklogs=str(worklogs))
     paths = layout.published_paths(worklogs, GPU, STUDY)
     page = worklog.load({k: paths[k] for k in (*layout.DATA_TABLES, "meta")}, mode="replay")
-    changes = json.loads(w.stale(SimpleNamespace(gpu=GPU, study=STUDY)))
+    changes = json.loads(stale.changes_json(project_of(published_repo), worklogs, GPU, STUDY))
     notes = attention(page, changes)
     assert "**03_smem_blocking** is not yet measured on NVIDIA H200." in notes, notes
     assert not [n for n in notes if "stale" in n], notes
@@ -874,41 +882,46 @@ def test_study_meta_from_config(tmp_path):
 def test_where_a_worklog_reads_its_tables(published_repo, monkeypatch):
     """Measured here: results/ (optional tables once made); elsewhere: published data."""
     import io
-    from types import SimpleNamespace
+    from contextlib import redirect_stderr
 
-    project = project_of(published_repo)
-    w = SimpleNamespace(gpu=GPU, study=STUDY)
+    from conftest import planned_jobs
+
     monkeypatch.chdir(published_repo)  # rules resolve paths from the workflow's directory
-    here = publish.Worklogs("results", GPU, project, analysis=published_repo / "analysis")
-    assert here.mode(w) == "measured"
-    named = here.study_tables(w)
+    named = sources.measured_tables("results", GPU, STUDY)
     assert named["measurements"] == f"results/{GPU}/{STUDY}/measurements.parquet"
     assert named["meta"] == f"results/build/{STUDY}/study.json"
     assert "profile" not in named  # no rule makes it here, and no file is there
-    assert here.worklog_inputs(w)["study_figures"] == f"results/{GPU}/{STUDY}/study_figures"
-    assert here.targets(GPU) == [
-        f"results/{GPU}/{s}/worklog.{ext}" for s in project.studies for ext in ("md", "html")
-    ]
-    assert f"results/{GPU}/{STUDY}/worklog.md" in here.targets(GPU)
-    assert here.publish_args() == " ".join(f"{GPU}/{s}" for s in project.studies)
-    assert here.stale(w) == "[]"
-    assert here.mode(SimpleNamespace(gpu="nvidia-h100", study=STUDY)) == "replay"
+    made = sources.measured_tables("results", GPU, STUDY, made=lambda path: True)
+    assert "profile" in made and "samples" not in made  # samples: read by the page only
+    assert "samples" in sources.measured_tables("results", GPU, STUDY, True, lambda p: True)
 
-    away = publish.Worklogs("results", None, project, no_gpu_why="NVML unavailable")
-    assert away.mode(w) == "replay"
-    named = away.study_tables(w)
+    named = sources.published_tables("worklogs", GPU, STUDY)
     data = f"worklogs/{GPU}/{STUDY}/data"
     assert named["measurements"] == f"{data}/measurements.parquet"
     assert named["meta"] == f"{data}/study.json"
     assert set(named) == {"measurements", "device", "build", "sass", "meta"}
+    assert "nvidia-h200/sgemm (measured 2026-11-29)" in sources.replay_note("worklogs")
+    with redirect_stderr(io.StringIO()):
+        assert stale.changes_json(project_of(published_repo), "worklogs", GPU, STUDY) == "[]"
+
+    # the rules (analysis.smk): with a GPU, this run's studies, as measured ...
+    project = project_of(published_repo)
+    proc = snakemake(published_repo, "-n", "--config", "gpu_model=h200", "--", "all", "publish")
+    assert proc.returncode == 0, output(proc)
+    jobs = planned_jobs(output(proc))
+    pages = sorted((w["gpu"], w["study"]) for r, w in jobs if r == "worklog")
+    assert pages == sorted(("h200", s) for s in project.studies)
+    assert "rendering" not in proc.stderr
+    # ... without one, every published study, from its data; publish says why not
+    proc = snakemake(published_repo, "-n", "-p", "--config", "gpu=none", "--", "all", "publish")
+    assert proc.returncode == 0, output(proc)
+    jobs = planned_jobs(output(proc))
     published = layout.published(published_repo / "worklogs")
     assert (GPU, STUDY) in published
-    assert away.targets(None) == [  # every published study
-        f"results/{g}/{s}/worklog.{ext}" for g, s in published for ext in ("md", "html")
-    ]
-    assert away.publish_inputs() == [] and "NVML unavailable" in away.publish_args()
-    said = away.announce(file=io.StringIO())
-    assert "nvidia-h200/sgemm (measured 2026-11-29)" in said
+    pages = sorted((w["gpu"], w["study"]) for r, w in jobs if r == "worklog")
+    assert pages == published
+    assert "nvidia-h200/sgemm (measured 2026-11-29)" in proc.stderr
+    assert "--why-none 'config says gpu: none'" in proc.stdout
 
 
 # ------------------------------------------------------------------------------------------

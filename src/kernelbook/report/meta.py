@@ -107,6 +107,28 @@ def _tune_space(cands) -> dict[str, list[int]]:
     return space
 
 
+def spec_hash(study) -> str:
+    """Hash of what study.json is made of from the config: a change to any of it rewrites it."""
+    import hashlib
+
+    text = json.dumps(
+        {
+            "title": study.title,
+            "question": study.question,
+            "headline": study.headline,
+            "sizes": study.sizes,
+            "references": study.references,
+            "variants": [
+                {**v.spec(), "id": v.id, "says": v.says, "predict": v.predict}
+                for v in (*study.variants, *study.candidates)
+            ],
+        },
+        sort_keys=True,
+        default=str,
+    )
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def write_meta(study, root, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -4,6 +4,7 @@ and `kernelbook check`, which lists what changed."""
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from dataclasses import dataclass
@@ -176,6 +177,18 @@ def study_for(project, name: str):
     if not path.is_file():
         return None
     return cfg.load_study(path, project.settings, project.root)
+
+
+def changes_json(project, worklogs_dir: str | Path, gpu: str, study: str) -> str:
+    """JSON of what changed in one published study since it was measured ([] without it)."""
+    from kernelbook import tables
+
+    path = published_paths(worklogs_dir, gpu, study)["measurements"]
+    found = study_for(project, study)
+    if found is None or not path.is_file():
+        return "[]"
+    changes = study_changes(project.root, found, tables.read(path), gpu)
+    return json.dumps([c.as_dict() for c in changes], sort_keys=True)
 
 
 def stale(project, worklogs_dir: str | Path = WORKLOGS) -> list[Change]:
