@@ -503,7 +503,7 @@ def test_publish_copies_everything_and_indexes(rendered_ok, tmp_path):
     shutil.rmtree(root / "worklogs")
     args = [
         "-m",
-        "kernelbook.report.publish",
+        "kernelbook",
         "publish",
         "--results",
         str(results),
@@ -565,7 +565,7 @@ def test_published_folders_hold_one_page():
 @pytest.mark.parametrize("gpu, study", PUBLISHED, ids=[f"{g}/{s}" for g, s in PUBLISHED])
 def test_published_page_is_what_its_data_renders_today(gpu, study, tmp_path):
     """The committed page equals the current code's page of its data/: a renderer change is
-    published with the pages it changes (python -m kernelbook.report.publish render GPU/STUDY)."""
+    published with the pages it changes (kernelbook render GPU/STUDY)."""
     published = REPO / "worklogs" / gpu / study
     page = publish.render_published(REPO / "worklogs", gpu, study, REPO / "analysis", tmp_path)
 
@@ -600,11 +600,7 @@ def test_snakemake_publish_without_gpu_reindexes(rendered_ok, tmp_path):
 
 
 def check_cmd(root: Path) -> subprocess.CompletedProcess:
-    """`kernelbook check` once the CLI has it; the module's own entry point until then."""
-    probe = kernelbook_cli(root, "check", "--help")
-    if probe.returncode == 0:
-        return kernelbook_cli(root, "check")
-    return run_in(root, ["-m", "kernelbook.report.publish", "check"])
+    return kernelbook_cli(root, "check")
 
 
 @pytest.fixture
@@ -872,9 +868,7 @@ def test_study_meta_from_config(tmp_path):
     naive = got["variants"][0]
     assert naive["header"].startswith("01 naive")
     assert naive["spec_sha256"] == project.study(STUDY).variants[0].spec_sha256()
-    proc = run_in(
-        REPO, ["-m", "kernelbook.report.worklog", "meta", STUDY, "--out", str(tmp_path / "s.json")]
-    )
+    proc = kernelbook_cli(REPO, "meta", STUDY, "--out", str(tmp_path / "s.json"))
     assert proc.returncode == 0, output(proc)
     assert json.loads((tmp_path / "s.json").read_text()) == got
 

@@ -35,7 +35,7 @@ rule study_meta:
         settings=settings_arg,
         py=PY,
     shell:
-        "{params.py} -m kernelbook.report.worklog --settings {params.settings} meta {wildcards.study} "
+        "{params.py} -m kernelbook --settings {params.settings} meta {wildcards.study} "
         "--out {output} > {log} 2>&1"
 
 
@@ -110,5 +110,5 @@ rule publish:
         worklogs=WORKLOGS,
         py=PY,
     shell:
-        "{params.py} -m kernelbook.report.publish --worklogs {params.worklogs} publish "
-        "--results {params.results} {params.what} 2>&1 | tee {log}"
+        "{params.py} -m kernelbook publish --results {params.results} {params.what} "
+        "--worklogs {params.worklogs} 2>&1 | tee {log}"

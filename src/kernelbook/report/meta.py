@@ -154,3 +154,12 @@ def meta_from_data(meas: pd.DataFrame) -> dict:
             for v in dict.fromkeys(main["variant"])
         ],
     }
+
+
+def write_study_meta(project, name: str, out: str | Path) -> int:
+    """`kernelbook meta STUDY --out FILE` (rule study_meta): write the study's study.json."""
+    import sys
+
+    write_meta(project.study(name), project.root, out)
+    print(f"{name}: wrote {out}", file=sys.stderr)
+    return 0

@@ -9,17 +9,13 @@ pages rendered again from published data.
         data/                         the tables (Parquet) and study.json the page was made from
     worklogs/README.md                the index (kernelbook.report.index)
 
-Entry point for the rules (and anyone without the DAG):
-    python -m kernelbook.report.publish publish GPU/STUDY ... copy results into worklogs/, re-index
-    python -m kernelbook.report.publish render GPU/STUDY ...  render published pages again
-    python -m kernelbook.report.publish index                 regenerate worklogs/README.md
-    python -m kernelbook.report.publish check                 list stale studies (exit 1)
+Through the command line (kernelbook.cli), for the rules and anyone without the DAG:
+    kernelbook publish GPU/STUDY ...   copy results into worklogs/, re-index
+    kernelbook render GPU/STUDY ...    render published pages again from their data/
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import shutil
 import sys
@@ -28,14 +24,12 @@ from pathlib import Path
 
 from kernelbook.layout import (
     DATA_TABLES,
-    WORKLOGS,
     published,
     published_paths,
     result_paths,
 )
 from kernelbook.report.index import index, write_index  # noqa: F401  (index: tests/test_slurm.py)
 from kernelbook.report.sources import PAGE_ONLY
-from kernelbook.report.stale import check, stale
 
 
 class PublishError(RuntimeError):
@@ -138,77 +132,50 @@ def render_published(worklogs, gpu: str, study: str, analysis="analysis", out=No
 
 
 # ------------------------------------------------------------------------------------------
-# python -m kernelbook.report.publish ...
+# The verbs `kernelbook publish` and `kernelbook render`
 
 
-def main(argv=None) -> int:
-    from kernelbook import config as cfg
-
-    p = argparse.ArgumentParser(
-        prog="python -m kernelbook.report.publish",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--configfile", default="config/config.yaml")
-    p.add_argument("--settings", help="JSON overriding keys of the config file")
-    p.add_argument("--worklogs", default=WORKLOGS)
-    sub = p.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("publish", help="copy results/<gpu>/<study> into worklogs/, re-index")
-    s.add_argument("--results", default="results")
-    s.add_argument("--why-none", default="", help="said when there is nothing to publish")
-    s.add_argument(
-        "--render",
-        action="store_true",
-        help="render the worklog from the results' tables first, without Snakemake (for "
-        "results measured on a GPU host and brought here); the page is the one rule worklog "
-        "makes, the study's own notebook figures included",
-    )
-    s.add_argument("pairs", nargs="*", metavar="GPU/STUDY")
-    s = sub.add_parser("render", help="render published pages again from their data/")
-    s.add_argument("pairs", nargs="+", metavar="GPU/STUDY")
-    sub.add_parser("index", help="regenerate worklogs/README.md")
-    s = sub.add_parser("check", help="list published studies stale against current sources")
-    s.add_argument("--json", action="store_true", help="print the changes as JSON")
-    args = p.parse_args(argv)
+def publish_pairs(
+    results: str | Path,
+    worklogs: str | Path,
+    pairs: list[str],
+    render: bool = False,
+    configfile: str | Path = "config/config.yaml",
+    why_none: str = "",
+) -> int:
+    """Publish each GPU/STUDY of ``pairs`` (rendering it first with ``render``), then write the
+    index; says what it did. 1 when something to publish is missing, else 0."""
     try:
-        if args.command == "publish":
-            if not args.pairs:
-                print(
-                    "kernelbook publish: nothing measured here to publish"
-                    + (f" ({args.why_none})" if args.why_none else "")
-                )
-            for pair in args.pairs:
-                gpu, _, study = pair.partition("/")
-                if args.render:
-                    render_results(args.results, gpu, study, args.configfile)
-                dest = publish(args.results, args.worklogs, gpu, study)
-                print(f"kernelbook publish: {gpu}/{study} -> {dest}/")
-            path = write_index(args.worklogs)
+        if not pairs:
             print(
-                f"kernelbook publish: index of {len(published(args.worklogs))} worklog(s): {path}"
+                "kernelbook publish: nothing measured here to publish"
+                + (f" ({why_none})" if why_none else "")
             )
-            return 0
-        if args.command == "render":
-            analysis = Path(args.configfile).resolve().parent.parent / "analysis"
-            for pair in args.pairs:
-                gpu, _, study = pair.partition("/")
-                page = render_published(args.worklogs, gpu, study, analysis)
-                print(f"kernelbook publish: {gpu}/{study} rendered again: {page}")
-            return 0
-        if args.command == "index":
-            print(write_index(args.worklogs))
-            return 0
-        overrides = json.loads(args.settings) if args.settings else None
-        project = cfg.load_project_file(args.configfile, overrides=overrides)
-        if args.json:
-            changes = stale(project, args.worklogs)
-            print(json.dumps([c.as_dict() for c in changes], indent=1))
-            return 1 if changes else 0
-        return check(project, args.worklogs)
-    except (cfg.ConfigError, PublishError) as e:
+        for pair in pairs:
+            gpu, _, study = pair.partition("/")
+            if render:
+                render_results(results, gpu, study, configfile)
+            dest = publish(results, worklogs, gpu, study)
+            print(f"kernelbook publish: {gpu}/{study} -> {dest}/")
+    except PublishError as e:
         print(f"kernelbook: error: {e}", file=sys.stderr)
         return 1
+    path = write_index(worklogs)
+    print(f"kernelbook publish: index of {len(published(worklogs))} worklog(s): {path}")
+    return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def render_pairs(
+    worklogs: str | Path, pairs: list[str], configfile: str | Path = "config/config.yaml"
+) -> int:
+    """Render each published GPU/STUDY of ``pairs`` again from its data/, in place."""
+    analysis = Path(configfile).resolve().parent.parent / "analysis"
+    try:
+        for pair in pairs:
+            gpu, _, study = pair.partition("/")
+            page = render_published(worklogs, gpu, study, analysis)
+            print(f"kernelbook publish: {gpu}/{study} rendered again: {page}")
+    except PublishError as e:
+        print(f"kernelbook: error: {e}", file=sys.stderr)
+        return 1
+    return 0

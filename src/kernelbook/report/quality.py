@@ -1,6 +1,7 @@
 """How trustworthy a study's numbers are, for its page: the baseline's spread across jobs,
-how the stopping rule ended each measurement, the raw samples at the headline size, and
-what the pipeline itself cost (kernelbook.report.stages)."""
+how the stopping rule ended each measurement, the raw samples at the headline size, what
+the pipeline itself cost (kernelbook.report.stages), and the same study before and after a
+change of method."""
 
 from __future__ import annotations
 
@@ -205,26 +206,19 @@ def before_after(before: pd.DataFrame, after: pd.DataFrame, headline: str | None
     return f"{what} ({col})\n\n" + "\n".join(lines) + "\n"
 
 
-def main(argv=None) -> int:
-    """python -m kernelbook.report.quality before-after REV worklogs/<gpu>/<study> ...: write each
-    folder's before-after.md, comparing the measurements published at git revision REV with
-    those published now."""
-    import argparse
+def write_before_after(rev: str, folders) -> int:
+    """`kernelbook before-after REV worklogs/<gpu>/<study> ...`: write each folder's
+    before-after.md, comparing the measurements published at git revision REV with those
+    published now."""
     import io
     import json
     import subprocess
     from pathlib import Path
 
-    p = argparse.ArgumentParser(prog="python -m kernelbook.report.quality")
-    sub = p.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("before-after", help="compare published measurements with a revision")
-    s.add_argument("rev")
-    s.add_argument("folders", nargs="+")
-    args = p.parse_args(argv)
-    for folder in map(Path, args.folders):
+    for folder in map(Path, folders):
         data = folder / "data" / "measurements.parquet"
         old = subprocess.run(
-            ["git", "show", f"{args.rev}:{data.as_posix()}"], capture_output=True, check=True
+            ["git", "show", f"{rev}:{data.as_posix()}"], capture_output=True, check=True
         ).stdout
         before, after = pd.read_parquet(io.BytesIO(old)), pd.read_parquet(data)
         meta = json.loads((folder / "data" / "study.json").read_text())
@@ -232,16 +226,11 @@ def main(argv=None) -> int:
         was = ", ".join(sorted(set(before["git_commit"].astype(str))))
         text = (
             f"# {folder.name} on {folder.parent.name}: before and after\n\n"
-            f"Before: the measurements published at {args.rev} (measured at {was}). After: "
+            f"Before: the measurements published at {rev} (measured at {was}). After: "
             f"those in data/ (measured at {commit}).\n\n"
             + before_after(before, after, meta.get("headline"))
-            + "\nRegenerate: `python -m kernelbook.report.quality before-after "
-            + f"{args.rev} {folder}`\n"
+            + f"\nRegenerate: `kernelbook before-after {rev} {folder}`\n"
         )
         (folder / "before-after.md").write_text(text)
         print(f"{folder}/before-after.md")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -356,39 +356,3 @@ def render(
     figs = make_figures(data, outdir / "figures", study_figures=study_figures)
     write(data, figs, outdir / "worklog.md", outdir / "worklog.html", stale=stale)
     return data, figs
-
-
-# ------------------------------------------------------------------------------------------
-# python -m kernelbook.report.worklog meta STUDY --out FILE   (the study_meta rule)
-
-
-def main(argv=None) -> int:
-    import argparse
-    import json
-    import sys
-
-    from kernelbook import config as cfg
-    from kernelbook.report.meta import write_meta
-
-    p = argparse.ArgumentParser(prog="python -m kernelbook.report.worklog")
-    p.add_argument("--configfile", default="config/config.yaml")
-    p.add_argument("--settings", help="JSON overriding keys of the config file")
-    sub = p.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("meta", help="write study.json: what a worklog needs from the config")
-    s.add_argument("study")
-    s.add_argument("--out", required=True)
-    args = p.parse_args(argv)
-    try:
-        overrides = json.loads(args.settings) if args.settings else None
-        project = cfg.load_project_file(args.configfile, overrides=overrides)
-        study = project.study(args.study)
-        write_meta(study, project.root, args.out)
-    except cfg.ConfigError as e:
-        print(f"kernelbook: error: {e}", file=sys.stderr)
-        return 1
-    print(f"{args.study}: wrote {args.out}", file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
