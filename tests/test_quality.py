@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from kernelbook.report import figures, quality, stages
+from kernelbook.report import plot, quality, stages
 
 ROOT = Path(__file__).resolve().parents[1]
 SGEMM = ROOT / "worklogs" / "nvidia-h200" / "sgemm" / "data"
@@ -56,12 +56,12 @@ def test_sample_rows_follow_a_tuned_row_to_its_winning_candidate(meas):
 
 
 def test_distribution_figure_is_drawn_or_says_why(meas, tmp_path):
-    figures.style()
+    plot.style()
     samples = pd.read_parquet(SGEMM / "samples.parquet")
     order = [v for v in meas["variant"].unique() if "__" not in v]
     f = quality.distribution(meas, samples, order, tmp_path, size_label="4096x4096x4096")
     assert f.drawn and (tmp_path / f.png).is_file()
-    with pytest.raises(figures.NoData, match="no samples table"):
+    with pytest.raises(plot.NoData, match="no samples table"):
         quality.distribution(meas, None, order, tmp_path, size_label="4096x4096x4096")
 
 

@@ -18,7 +18,6 @@ import subprocess
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -26,9 +25,21 @@ import yaml
 from conftest import REPO, copy_repo, kernelbook_cli, run_in, snakemake
 
 from kernelbook import config as cfg
-from kernelbook import tables, tune
+from kernelbook import layout, tables, tune
 from kernelbook.build.nvcc import sha256_file
-from kernelbook.report import figures, publish, worklog
+from kernelbook.report import (
+    diagnostics,
+    figures,
+    markdown,
+    meta,
+    plot,
+    publish,
+    sources,
+    stale,
+    worklog,
+)
+from kernelbook.report.data import candidate_id, ladder_order, ladder_sass
+from kernelbook.report.sections import attention
 
 FIXTURE = REPO / "tests" / "data" / "worklog"
 GPU = "nvidia-h200"
@@ -220,7 +231,7 @@ def publish_fixture(root: Path, with_profile: bool = True) -> Path:
     device_with_cache_ceilings(data)
     if with_profile:
         write_synthetic_profile(data, meas, FIXTURE_VARIANTS)
-    worklog.write_meta(project_of(root).study(STUDY), root, data / "study.json")
+    meta.write_meta(project_of(root).study(STUDY), root, data / "study.json")
     return data
 
 
@@ -283,11 +294,11 @@ def test_notebooks_are_stored_without_outputs(name):
 
 def test_leading_comment_of_a_kernel():
     text = (REPO / "kernels" / STUDY / "02_coalescing.cu").read_text()
-    head = worklog.leading_comment(text)
+    head = meta.leading_comment(text)
     assert head.startswith("02 global-memory coalescing")
     assert "#ifndef" not in head and "//" not in head
-    assert worklog.leading_comment("/* one\n * two\n */\nint x;") == "one\ntwo"
-    assert worklog.leading_comment("\n\nint x;") == ""
+    assert meta.leading_comment("/* one\n * two\n */\nint x;") == "one\ntwo"
+    assert meta.leading_comment("\n\nint x;") == ""
 
 
 # ------------------------------------------------------------------------------------------
@@ -348,17 +359,17 @@ def test_page_table_equals_the_data(rendered_ok):
 
 
 def parse_num(cell: str) -> float:
-    return math.nan if cell == worklog.DASH else float(cell)
+    return math.nan if cell == markdown.DASH else float(cell)
 
 
 def same(cell: str, value) -> bool:
     if value is None or (isinstance(value, float) and math.isnan(value)) or pd.isna(value):
-        return cell == worklog.DASH
+        return cell == markdown.DASH
     return math.isclose(parse_num(cell), float(value), rel_tol=6e-4, abs_tol=0)
 
 
 def find_table(md: str, first_header: str, must: str) -> list[dict]:
-    for t in worklog.parse_tables(md):
+    for t in markdown.parse_tables(md):
         if t and next(iter(t[0])) == first_header and must in t[0]:
             return t
     raise AssertionError(f"no table with headers {first_header}, {must}")
@@ -386,7 +397,7 @@ def check_full_table(md: str, data: pd.DataFrame) -> None:
         rse = row["rse_median"] * 100 if pd.notna(row["rse_median"]) else None
         assert same(cell["rse %"], rse)
         n = row["n_samples"]
-        assert cell["n"] == (worklog.DASH if pd.isna(n) else str(int(n)))
+        assert cell["n"] == (markdown.DASH if pd.isna(n) else str(int(n)))
         if row["status"] != "ok":
             assert str(row["reason"]).replace("|", "\\|")[:20] in cell["notes"].replace("|", "\\|")
         if row["throttled"] is True:
@@ -408,7 +419,7 @@ def check_ladder_table(md: str, data: pd.DataFrame) -> None:
     # the answer line quotes the best variant at the headline size
     ok = head[head["status"] == "ok"]
     best = ok.loc[ok["pct_of_baseline"].idxmax()]
-    assert f"**{best['variant']}**, reaches **{worklog.fmt(best['pct_of_baseline'])} % of" in md
+    assert f"**{best['variant']}**, reaches **{markdown.fmt(best['pct_of_baseline'])} % of" in md
 
 
 def test_profiler_sections_when_profile_tables_exist(rendered_ok):
@@ -474,12 +485,12 @@ def test_replayed_page_names_stale_variants(rendered_ok, tmp_path):
 
 def results_from_fixture(root: Path, results: Path) -> dict[str, Path]:
     """results/ as a measuring run leaves it (tables, study.json), from the fixture."""
-    paths = publish.result_paths(results, GPU, STUDY)
-    pub = publish.published_paths(root / "worklogs", GPU, STUDY)
+    paths = layout.result_paths(results, GPU, STUDY)
+    pub = layout.published_paths(root / "worklogs", GPU, STUDY)
     for name in ("measurements", "device", "build", "sass", "profile", "roofline", "sanitizer"):
         paths[name].parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(pub[name], paths[name])
-    worklog.write_meta(project_of(root).study(STUDY), root, paths["meta"])
+    meta.write_meta(project_of(root).study(STUDY), root, paths["meta"])
     return paths
 
 
@@ -492,7 +503,7 @@ def test_publish_copies_everything_and_indexes(rendered_ok, tmp_path):
     shutil.rmtree(root / "worklogs")
     args = [
         "-m",
-        "kernelbook.report.publish",
+        "kernelbook",
         "publish",
         "--results",
         str(results),
@@ -526,7 +537,7 @@ def test_publish_copies_everything_and_indexes(rendered_ok, tmp_path):
     best = head.loc[head["pct_of_baseline"].idxmax()]
     grid = find_table(index, "study", GPU)
     assert len(grid) == 1 and grid[0]["study"].startswith(f"**{STUDY}**")
-    assert f"**{worklog.fmt(best['pct_of_baseline'])} %** of cuBLAS" in grid[0][GPU]
+    assert f"**{markdown.fmt(best['pct_of_baseline'])} %** of cuBLAS" in grid[0][GPU]
     assert f"({best['variant']})" in grid[0][GPU]
     for link in re.findall(r"\]\(([^)]+)\)", index):
         assert (root / "worklogs" / link).exists(), link
@@ -539,7 +550,7 @@ def test_publish_copies_everything_and_indexes(rendered_ok, tmp_path):
     assert not (dest / "figures" / "old.png").exists()
 
 
-PUBLISHED = publish.published(REPO / "worklogs")
+PUBLISHED = layout.published(REPO / "worklogs")
 
 
 def test_published_folders_hold_one_page():
@@ -554,7 +565,7 @@ def test_published_folders_hold_one_page():
 @pytest.mark.parametrize("gpu, study", PUBLISHED, ids=[f"{g}/{s}" for g, s in PUBLISHED])
 def test_published_page_is_what_its_data_renders_today(gpu, study, tmp_path):
     """The committed page equals the current code's page of its data/: a renderer change is
-    published with the pages it changes (python -m kernelbook.report.publish render GPU/STUDY)."""
+    published with the pages it changes (kernelbook render GPU/STUDY)."""
     published = REPO / "worklogs" / gpu / study
     page = publish.render_published(REPO / "worklogs", gpu, study, REPO / "analysis", tmp_path)
 
@@ -589,11 +600,7 @@ def test_snakemake_publish_without_gpu_reindexes(rendered_ok, tmp_path):
 
 
 def check_cmd(root: Path) -> subprocess.CompletedProcess:
-    """`kernelbook check` once the CLI has it; the module's own entry point until then."""
-    probe = kernelbook_cli(root, "check", "--help")
-    if probe.returncode == 0:
-        return kernelbook_cli(root, "check")
-    return run_in(root, ["-m", "kernelbook.report.publish", "check"])
+    return kernelbook_cli(root, "check")
 
 
 @pytest.fixture
@@ -617,8 +624,8 @@ def test_check_reports_an_edited_kernel(published_repo):
     assert f"{GPU}/{STUDY}: STALE (1 variant(s))" in proc.stdout
     lines = [ln.split() for ln in proc.stdout.splitlines() if ln.startswith("  ")]
     assert [ln[:3] for ln in lines] == [["02_coalescing", "source", "changed:"]]
-    changes = publish.stale(project_of(published_repo), published_repo / "worklogs")
-    assert [(c.variant, c.change) for c in changes] == [("02_coalescing", publish.SOURCE)]
+    changes = stale.stale(project_of(published_repo), published_repo / "worklogs")
+    assert [(c.variant, c.change) for c in changes] == [("02_coalescing", stale.SOURCE)]
 
 
 def test_check_reports_added_changed_and_removed_variants(published_repo):
@@ -636,12 +643,12 @@ def test_check_reports_added_changed_and_removed_variants(published_repo):
         },
     ]  # 02 removed, 03 added
     path.write_text(yaml.safe_dump(data, sort_keys=False))
-    changes = publish.stale(project_of(published_repo), published_repo / "worklogs")
+    changes = stale.stale(project_of(published_repo), published_repo / "worklogs")
     got = {(c.variant, c.change) for c in changes}
     assert got == {
-        ("01_naive", publish.CONFIG),
-        ("03_smem_blocking", publish.ADDED),
-        ("02_coalescing", publish.REMOVED),
+        ("01_naive", stale.CONFIG),
+        ("03_smem_blocking", stale.ADDED),
+        ("02_coalescing", stale.REMOVED),
     }
     proc = check_cmd(published_repo)
     assert proc.returncode == 1
@@ -675,18 +682,17 @@ def test_a_new_variant_is_not_yet_measured_rather_than_stale(published_repo):
     assert "snakemake --cores 1 all`, then `snakemake --cores 1 publish`" in proc.stdout
     # the page rendered from the published data
     worklogs = published_repo / "worklogs"
-    w = publish.Worklogs("results", None, project_of(published_repo), worklogs=str(worklogs))
-    paths = publish.published_paths(worklogs, GPU, STUDY)
-    page = worklog.load({k: paths[k] for k in (*publish.DATA_TABLES, "meta")}, mode="replay")
-    stale = json.loads(w.stale(SimpleNamespace(gpu=GPU, study=STUDY)))
-    notes = worklog.attention(page, stale)
+    paths = layout.published_paths(worklogs, GPU, STUDY)
+    page = worklog.load({k: paths[k] for k in (*layout.DATA_TABLES, "meta")}, mode="replay")
+    changes = json.loads(stale.changes_json(project_of(published_repo), worklogs, GPU, STUDY))
+    notes = attention(page, changes)
     assert "**03_smem_blocking** is not yet measured on NVIDIA H200." in notes, notes
     assert not [n for n in notes if "stale" in n], notes
 
 
 def test_one_wording_for_measuring_and_publishing():
     readme = (REPO / "README.md").read_text()
-    assert publish.MEASURE_AND_PUBLISH in " ".join(readme.split())
+    assert stale.MEASURE_AND_PUBLISH in " ".join(readme.split())
     for path in [REPO / "README.md", *sorted((REPO / "src").rglob("*.py"))]:
         assert not re.search(r"snakemake --cores \w+ all publish", path.read_text()), path
 
@@ -780,8 +786,8 @@ def test_longer_ladder_page_hides_nothing(ladder_repo, tmp_path):
     shutil.copy2(FIXTURE / "build.parquet", folder / "build.parquet")
     shutil.copy2(FIXTURE / "sass.parquet", folder / "sass.parquet")
     write_synthetic_profile(folder, meas, ["01_naive", "02_coalescing", "03_smem_blocking"])
-    worklog.write_meta(project_of(root).study(STUDY), root, folder / "study.json")
-    names = [*worklog.TABLES]
+    meta.write_meta(project_of(root).study(STUDY), root, folder / "study.json")
+    names = [*layout.DATA_TABLES]
     paths = {n: folder / f"{n}.parquet" for n in names} | {"meta": folder / "study.json"}
     data = worklog.load(paths, mode="measured")
     out = tmp_path / "out"
@@ -791,7 +797,7 @@ def test_longer_ladder_page_hides_nothing(ladder_repo, tmp_path):
     drawn = {f.name for f in figs if f.drawn}
     assert {"ladder", "sweep", "roofline", "metrics", "prediction", "autotune"} <= drawn
     assert (out / "figures" / "autotune.png").stat().st_size > 8_000
-    assert worklog.ladder_order(data) == [
+    assert ladder_order(data) == [
         "01_naive",
         "02_coalescing",
         "03_smem_blocking",
@@ -818,25 +824,25 @@ def test_longer_ladder_page_hides_nothing(ladder_repo, tmp_path):
     assert len(failed) == 1 and "wrong result" in failed[0]["notes"]
     assert "tuned: BM" in md  # the tuned rows name their winning point
     # the SASS mix shows an autotuned variant through its winning candidate
-    cid = worklog.candidate_id("09_autotuned", win["tune_point"])
+    cid = candidate_id("09_autotuned", win["tune_point"])
     sass = pd.DataFrame(
         [{"study": STUDY, "variant": cid, "opcode": "FFMA", "op": "FFMA", "count": 512}]
     )
     data.tables["sass"] = pd.concat([data.tables["sass"], sass], ignore_index=True)
-    mix = worklog.ladder_sass(data)
+    mix = ladder_sass(data)
     assert mix[mix["variant"] == "09_autotuned"]["count"].tolist() == [512]
     assert cid not in set(mix["variant"])
     # predictions on the page are the config's, measured beside them
     section = md.split("### 03_smem_blocking", 1)[1].split("### ", 1)[0]
     got = head[(head["variant"] == "03_smem_blocking") & (head["size"] == HEADLINE)].iloc[0]
-    assert f"**Prediction.** 12 % of cuBLAS, measured {worklog.fmt(got['pct_of_baseline'])}" in (
+    assert f"**Prediction.** 12 % of cuBLAS, measured {markdown.fmt(got['pct_of_baseline'])}" in (
         section
     )
 
 
 def test_figures_from_the_tables_only(tmp_path):
     """Each figure function draws from rows it is given and refuses empty ones by name."""
-    figures.style()
+    plot.style()
     real = tables.read(FIXTURE / "measurements.parquet")
     order = list(FIXTURE_VARIANTS)
     with pytest.raises(figures.NoData, match="no measured tflops"):
@@ -844,9 +850,9 @@ def test_figures_from_the_tables_only(tmp_path):
     with pytest.raises(figures.NoData, match="roofline"):
         figures.roofline(pd.DataFrame(), order, tmp_path, ceil={}, size_label=HEADLINE)
     sass = tables.read(FIXTURE / "sass.parquet")
-    groups = figures.sass_groups(sass, order)
+    groups = diagnostics.sass_groups(sass, order)
     assert groups.sum(axis=1).tolist() == sass.groupby("variant")["count"].sum()[order].tolist()
-    f = figures.sass_mix(sass, order, tmp_path)
+    f = diagnostics.sass_mix(sass, order, tmp_path)
     assert (tmp_path / f.png).stat().st_size > 8_000
     ceil = figures.ceilings(tables.read(FIXTURE / "device.parquet"))
     assert ceil["copy_gbps"] > 1000 and ceil["fp32_peak_tflops"] > 10
@@ -854,59 +860,62 @@ def test_figures_from_the_tables_only(tmp_path):
 
 def test_study_meta_from_config(tmp_path):
     project = project_of(REPO)
-    meta = worklog.study_meta(project.study(STUDY), REPO)
-    ids = [v["id"] for v in meta["variants"]]
+    got = meta.study_meta(project.study(STUDY), REPO)
+    ids = [v["id"] for v in got["variants"]]
     assert ids == [v.id for v in project.study(STUDY).variants]
-    assert meta["headline"] == HEADLINE
-    assert meta["figure_of_merit"] == "tflops"
-    naive = meta["variants"][0]
+    assert got["headline"] == HEADLINE
+    assert got["figure_of_merit"] == "tflops"
+    naive = got["variants"][0]
     assert naive["header"].startswith("01 naive")
     assert naive["spec_sha256"] == project.study(STUDY).variants[0].spec_sha256()
-    proc = run_in(
-        REPO, ["-m", "kernelbook.report.worklog", "meta", STUDY, "--out", str(tmp_path / "s.json")]
-    )
+    proc = kernelbook_cli(REPO, "meta", STUDY, "--out", str(tmp_path / "s.json"))
     assert proc.returncode == 0, output(proc)
-    assert json.loads((tmp_path / "s.json").read_text()) == meta
+    assert json.loads((tmp_path / "s.json").read_text()) == got
 
 
 def test_where_a_worklog_reads_its_tables(published_repo, monkeypatch):
     """Measured here: results/ (optional tables once made); elsewhere: published data."""
     import io
-    from types import SimpleNamespace
+    from contextlib import redirect_stderr
 
-    project = project_of(published_repo)
-    w = SimpleNamespace(gpu=GPU, study=STUDY)
+    from conftest import planned_jobs
+
     monkeypatch.chdir(published_repo)  # rules resolve paths from the workflow's directory
-    here = publish.Worklogs("results", GPU, project, analysis=published_repo / "analysis")
-    assert here.mode(w) == "measured"
-    named = here.study_tables(w)
+    named = sources.measured_tables("results", GPU, STUDY)
     assert named["measurements"] == f"results/{GPU}/{STUDY}/measurements.parquet"
     assert named["meta"] == f"results/build/{STUDY}/study.json"
     assert "profile" not in named  # no rule makes it here, and no file is there
-    assert here.worklog_inputs(w)["study_figures"] == f"results/{GPU}/{STUDY}/study_figures"
-    assert here.targets(GPU) == [
-        f"results/{GPU}/{s}/worklog.{ext}" for s in project.studies for ext in ("md", "html")
-    ]
-    assert f"results/{GPU}/{STUDY}/worklog.md" in here.targets(GPU)
-    assert here.publish_args() == " ".join(f"{GPU}/{s}" for s in project.studies)
-    assert here.stale(w) == "[]"
-    assert here.mode(SimpleNamespace(gpu="nvidia-h100", study=STUDY)) == "replay"
+    made = sources.measured_tables("results", GPU, STUDY, made=lambda path: True)
+    assert "profile" in made and "samples" not in made  # samples: read by the page only
+    assert "samples" in sources.measured_tables("results", GPU, STUDY, True, lambda p: True)
 
-    away = publish.Worklogs("results", None, project, no_gpu_why="NVML unavailable")
-    assert away.mode(w) == "replay"
-    named = away.study_tables(w)
+    named = sources.published_tables("worklogs", GPU, STUDY)
     data = f"worklogs/{GPU}/{STUDY}/data"
     assert named["measurements"] == f"{data}/measurements.parquet"
     assert named["meta"] == f"{data}/study.json"
     assert set(named) == {"measurements", "device", "build", "sass", "meta"}
-    published = publish.published(published_repo / "worklogs")
+    assert "nvidia-h200/sgemm (measured 2026-11-29)" in sources.replay_note("worklogs")
+    with redirect_stderr(io.StringIO()):
+        assert stale.changes_json(project_of(published_repo), "worklogs", GPU, STUDY) == "[]"
+
+    # the rules (analysis.smk): with a GPU, this run's studies, as measured ...
+    project = project_of(published_repo)
+    proc = snakemake(published_repo, "-n", "--config", "gpu_model=h200", "--", "all", "publish")
+    assert proc.returncode == 0, output(proc)
+    jobs = planned_jobs(output(proc))
+    pages = sorted((w["gpu"], w["study"]) for r, w in jobs if r == "worklog")
+    assert pages == sorted(("h200", s) for s in project.studies)
+    assert "rendering" not in proc.stderr
+    # ... without one, every published study, from its data; publish says why not
+    proc = snakemake(published_repo, "-n", "-p", "--config", "gpu=none", "--", "all", "publish")
+    assert proc.returncode == 0, output(proc)
+    jobs = planned_jobs(output(proc))
+    published = layout.published(published_repo / "worklogs")
     assert (GPU, STUDY) in published
-    assert away.targets(None) == [  # every published study
-        f"results/{g}/{s}/worklog.{ext}" for g, s in published for ext in ("md", "html")
-    ]
-    assert away.publish_inputs() == [] and "NVML unavailable" in away.publish_args()
-    said = away.announce(file=io.StringIO())
-    assert "nvidia-h200/sgemm (measured 2026-11-29)" in said
+    pages = sorted((w["gpu"], w["study"]) for r, w in jobs if r == "worklog")
+    assert pages == published
+    assert "nvidia-h200/sgemm (measured 2026-11-29)" in proc.stderr
+    assert "--why-none 'config says gpu: none'" in proc.stdout
 
 
 # ------------------------------------------------------------------------------------------
@@ -917,7 +926,7 @@ def test_comment_only_source_change_is_not_stale(tmp_path):
     import hashlib
     import subprocess
 
-    from kernelbook.report.publish import comments_only_change, strip_comments
+    from kernelbook.report.stale import comments_only_change, strip_comments
 
     repo = tmp_path / "r"
     (repo / "k").mkdir(parents=True)
@@ -960,7 +969,7 @@ def test_comment_only_source_change_is_not_stale(tmp_path):
 def test_kernels_without_flops_get_the_bandwidth_roofline(tmp_path):
     """A transpose does no arithmetic: its roofline is each level's GB/s under that level's
     ceiling, drawn from the published H200 tables; without bandwidths it is refused."""
-    figures.style()
+    plot.style()
     data = REPO / "worklogs" / GPU / "transpose" / "data"
     roof = tables.read(data / "roofline.parquet")
     assert (roof["flop"] == 0).all()

@@ -140,9 +140,9 @@ def cmd_gate(args) -> int:
 
 
 def cmd_check(args) -> int:
-    from kernelbook.report import publish
+    from kernelbook.report import stale
 
-    return publish.check(_project(args), args.worklogs)
+    return stale.check(_project(args), args.worklogs)
 
 
 def cmd_device(args) -> int:
@@ -198,6 +198,43 @@ def cmd_select(args) -> int:
     out = tune.select(pd.concat(frames, ignore_index=True), variant.id)
     tables.write(out, args.out, "measurements", study.size_names)
     return 0
+
+
+# -- report verbs (kernelbook.report): publish, render, index, meta, before-after ----------
+def cmd_publish(args) -> int:
+    from kernelbook.report import publish
+
+    return publish.publish_pairs(
+        args.results, args.worklogs, args.pairs, args.render, args.configfile, args.why_none
+    )
+
+
+def cmd_render(args) -> int:
+    from kernelbook.report import publish
+
+    return publish.render_pairs(args.worklogs, args.pairs, args.configfile)
+
+
+def cmd_index(args) -> int:
+    from kernelbook.report import index
+
+    print(index.write_index(args.worklogs))
+    return 0
+
+
+def cmd_meta(args) -> int:
+    from kernelbook.report import meta
+
+    return meta.write_study_meta(_project(args), args.study, args.out)
+
+
+def cmd_before_after(args) -> int:
+    from kernelbook.report import quality
+
+    return quality.write_before_after(args.rev, args.folders)
+
+
+# -- end of report verbs ---------------------------------------------------------------------
 
 
 def parser() -> argparse.ArgumentParser:
@@ -344,6 +381,43 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--out", required=True)
     s.add_argument("inputs", nargs="+")
     s.set_defaults(fn=cmd_select)
+
+    # -- report verbs (kernelbook.report) ------------------------------------------------------
+    s = sub.add_parser("publish", help="copy results/<gpu>/<study> into worklogs/, re-index")
+    s.add_argument("--results", default="results")
+    s.add_argument("--worklogs", default="worklogs")
+    s.add_argument("--why-none", default="", help="said when there is nothing to publish")
+    s.add_argument(
+        "--render",
+        action="store_true",
+        help="render the worklog from the results' tables first, without Snakemake (for "
+        "results measured on a GPU host and brought here); the page is the one rule worklog "
+        "makes, the study's own notebook figures included",
+    )
+    s.add_argument("pairs", nargs="*", metavar="GPU/STUDY")
+    s.set_defaults(fn=cmd_publish)
+
+    s = sub.add_parser("render", help="render published pages again from their data/")
+    s.add_argument("--worklogs", default="worklogs")
+    s.add_argument("pairs", nargs="+", metavar="GPU/STUDY")
+    s.set_defaults(fn=cmd_render)
+
+    s = sub.add_parser("index", help="regenerate worklogs/README.md")
+    s.add_argument("--worklogs", default="worklogs")
+    s.set_defaults(fn=cmd_index)
+
+    s = sub.add_parser("meta", help="write study.json: what a worklog needs from the config")
+    s.add_argument("study")
+    s.add_argument("--out", required=True)
+    s.set_defaults(fn=cmd_meta)
+
+    s = sub.add_parser(
+        "before-after", help="a study's published measurements against those at a git revision"
+    )
+    s.add_argument("rev")
+    s.add_argument("folders", nargs="+", metavar="worklogs/GPU/STUDY")
+    s.set_defaults(fn=cmd_before_after)
+    # -- end of report verbs
     return p
 
 

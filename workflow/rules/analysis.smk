@@ -1,31 +1,19 @@
 # Analysis stage (no GPU): the worklog notebook turns a study's tables into figures and one
 # page; publish copies them into worklogs/<gpu>/<study>/ (committed).
 #
-# Where the tables come from is decided per (gpu, study) by kernelbook.report.publish.Worklogs:
-#   measured here (this machine has that GPU, and the study is configured):
+# Where the tables come from is decided per (gpu, study) by measured_here (analysis_inputs.smk):
+#   measured here (this run has that GPU, and the study is configured):
 #       results/<gpu>/<study>/*.parquet, results/<gpu>/device.parquet,
 #       results/build/<study>/{build,sass}.parquet and study.json (rule study_meta)
 #   otherwise, rendered from published data, not re-measured:
 #       worklogs/<gpu>/<study>/data/*.parquet and data/study.json
 # Either way one rule writes results/<gpu>/<study>/worklog.{md,html} and figures/, so no
 # output pattern is shared with the measuring rules and nothing is copied back and forth.
-# Rule all asks for worklog_targets(TARGET_GPU).
+# Rule all asks for worklog_targets(TARGET_GPU); the input functions are in
+# analysis_inputs.smk. Every path is kernelbook.layout's.
 
-from kernelbook.report import publish as kb_publish  # noqa: E402
 
-# The notebooks run through kernelbook.report.notebook (workflow/scripts/notebook.py) rather than
-# the notebook: directive, which prints a papermill probe and a kernel warning on every job.
-ANALYSIS = str(Path(workflow.basedir) / "analysis")
-WORKLOGS = kb_publish.Worklogs(
-    R,
-    TARGET_GPU,
-    PROJECT,
-    workflow,
-    analysis=ANALYSIS,
-    no_gpu_why=NO_GPU_WHY,
-)
-worklog_targets = WORKLOGS.targets
-WORKLOGS.announce()
+include: "analysis_inputs.smk"
 
 
 report: "../report/workflow.rst"
@@ -33,30 +21,30 @@ report: "../report/workflow.rst"
 
 rule study_meta:
     input:
-        WORKLOGS.study_sources,
+        study_sources,
     output:
-        f"{R}/build/{{study}}/study.json",
+        kb_layout.build_file("{study}", "study.json", R),
     log:
-        f"{R}/logs/{{study}}/study_meta.log",
+        kb_layout.log("{study}", "study_meta.log", results=R),
     benchmark:
-        f"{R}/benchmarks/study_meta/build/{{study}}/all.tsv"
+        kb_layout.benchmark("study_meta", "build", "{study}", "all", R)
     conda:
         "../envs/kernelbook.yaml"
     params:
-        spec=WORKLOGS.study_spec,
+        spec=study_spec,
         settings=settings_arg,
         py=PY,
     shell:
-        "{params.py} -m kernelbook.report.worklog --settings {params.settings} meta {wildcards.study} "
+        "{params.py} -m kernelbook --settings {params.settings} meta {wildcards.study} "
         "--out {output} > {log} 2>&1"
 
 
 rule study_figures:
     input:
-        unpack(WORKLOGS.study_tables),
+        unpack(study_tables),
     output:
         report(
-            directory(f"{R}/{{gpu}}/{{study}}/study_figures"),
+            directory(kb_layout.study_file("{gpu}", "{study}", "study_figures", R)),
             patterns=["{name}.png"],
             caption="../report/study_figures.rst",
             category="Figures",
@@ -64,13 +52,13 @@ rule study_figures:
             labels={"study": "{study}", "GPU": "{gpu}", "figure": "{name}"},
         ),
     log:
-        notebook=f"{R}/logs/{{study}}/study_figures/{{gpu}}.ipynb",
+        notebook=kb_layout.log("{study}", "study_figures", "{gpu}.ipynb", results=R),
     benchmark:
-        f"{R}/benchmarks/study_figures/{{gpu}}/{{study}}/all.tsv"
+        kb_layout.benchmark("study_figures", "{gpu}", "{study}", "all", R)
     conda:
         "../envs/kernelbook.yaml"
     params:
-        mode=WORKLOGS.mode,
+        mode=page_mode,
         notebook=f"{ANALYSIS}/{{study}}.ipynb",
     script:
         "../scripts/notebook.py"
@@ -78,17 +66,17 @@ rule study_figures:
 
 rule worklog:
     input:
-        unpack(WORKLOGS.worklog_inputs),
+        unpack(worklog_inputs),
     output:
-        md=f"{R}/{{gpu}}/{{study}}/worklog.md",
+        md=kb_layout.study_file("{gpu}", "{study}", "worklog.md", R),
         html=report(
-            f"{R}/{{gpu}}/{{study}}/worklog.html",
+            kb_layout.study_file("{gpu}", "{study}", "worklog.html", R),
             caption="../report/worklog.rst",
             category="Worklogs",
             labels={"study": "{study}", "GPU": "{gpu}", "page": "worklog"},
         ),
         figures=report(
-            directory(f"{R}/{{gpu}}/{{study}}/figures"),
+            directory(kb_layout.study_file("{gpu}", "{study}", "figures", R)),
             patterns=["{name}.png"],
             caption="../report/figures.rst",
             category="Figures",
@@ -96,14 +84,14 @@ rule worklog:
             labels={"study": "{study}", "GPU": "{gpu}", "figure": "{name}"},
         ),
     log:
-        notebook=f"{R}/logs/{{study}}/worklog/{{gpu}}.ipynb",
+        notebook=kb_layout.log("{study}", "worklog", "{gpu}.ipynb", results=R),
     benchmark:
-        f"{R}/benchmarks/worklog/{{gpu}}/{{study}}/all.tsv"
+        kb_layout.benchmark("worklog", "{gpu}", "{study}", "all", R)
     conda:
         "../envs/kernelbook.yaml"
     params:
-        mode=WORKLOGS.mode,
-        stale=WORKLOGS.stale,
+        mode=page_mode,
+        stale=page_stale,
         notebook=f"{ANALYSIS}/worklog.ipynb",
     script:
         "../scripts/notebook.py"
@@ -111,16 +99,16 @@ rule worklog:
 
 rule publish:
     input:
-        WORKLOGS.publish_inputs,
+        publish_inputs,
     log:
-        f"{R}/logs/publish.log",
+        kb_layout.run_log("publish.log", R),
     conda:
         "../envs/kernelbook.yaml"
     params:
-        what=WORKLOGS.publish_args,
+        what=publish_args,
         results=R,
-        worklogs=WORKLOGS.worklogs,
+        worklogs=WORKLOGS,
         py=PY,
     shell:
-        "{params.py} -m kernelbook.report.publish --worklogs {params.worklogs} publish "
-        "--results {params.results} {params.what} 2>&1 | tee {log}"
+        "{params.py} -m kernelbook publish --results {params.results} {params.what} "
+        "--worklogs {params.worklogs} 2>&1 | tee {log}"

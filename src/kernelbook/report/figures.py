@@ -1,139 +1,23 @@
-"""The standard worklog figures, drawn from the tables and never from hand-typed numbers.
+"""The throughput charts of a study, drawn from its tables and never from hand-typed numbers:
+the ladder, the sweeps over sizes, and the rooflines.
 
 Each function takes table rows (pandas frames as read from the Parquet files) and plain
-arguments, draws one figure and writes it as PNG and SVG through :func:`save`. A function
-raises :class:`NoData` when the rows lack what its figure needs; the worklog then names the
+arguments, draws one figure and writes it as PNG and SVG through kernelbook.report.plot.save.
+A function raises NoData when the rows lack what its figure needs; the worklog then names the
 figure it skipped and why. Which rows to pass (headline size, ladder order) is decided by
-:mod:`kernelbook.report.worklog`.
+kernelbook.report.worklog.
 """
 
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import asdict, dataclass
-from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
-
-from kernelbook import tables  # noqa: E402
-
-MANIFEST = "figures.json"
-BASELINE_COLOR = "black"
-# SASS opcode groups of the instruction-mix figure, in stacking order.
-SASS_GROUPS = {
-    "FFMA": ("FFMA",),
-    "other FP32": ("FADD", "FMUL", "FMNMX", "FSETP", "FSEL", "FCHK", "MUFU"),
-    "LDS": ("LDS", "LDSM"),
-    "STS": ("STS",),
-    "LDG": ("LDG",),
-    "STG": ("STG",),
-    "cp.async": ("LDGSTS", "LDGDEPBAR", "DEPBAR"),
-    "barrier": ("BAR", "MEMBAR"),
-}
-
-
-class NoData(ValueError):
-    """The tables lack what a figure needs; the message says what is missing."""
-
-
-@dataclass(frozen=True)
-class Figure:
-    """One figure of a worklog: its files (relative names) or why it was not drawn."""
-
-    name: str
-    title: str
-    caption: str = ""
-    png: str | None = None
-    svg: str | None = None
-    skipped: str | None = None
-
-    @property
-    def drawn(self) -> bool:
-        return self.png is not None
-
-
-def style() -> None:
-    """One look for every figure; SVG keeps its text as text and carries no date."""
-    sns.set_theme(context="notebook", style="whitegrid", font_scale=0.9)
-    plt.rcParams.update(
-        {
-            "svg.fonttype": "none",
-            "svg.hashsalt": "kernelbook",
-            "figure.dpi": 100,
-            "savefig.dpi": 150,
-            "savefig.bbox": "tight",
-            "axes.titleweight": "bold",
-        }
-    )
-
-
-def save(fig, outdir: str | Path, name: str, title: str, caption: str = "") -> Figure:
-    """Write ``fig`` as <outdir>/<name>.png and .svg, close it, and describe it."""
-    outdir = Path(outdir)
-    outdir.mkdir(parents=True, exist_ok=True)
-    fig.savefig(outdir / f"{name}.png", metadata={"Software": None})
-    fig.savefig(outdir / f"{name}.svg", metadata={"Date": None, "Creator": None})
-    plt.close(fig)
-    return Figure(name, title, caption, png=f"{name}.png", svg=f"{name}.svg")
-
-
-def write_manifest(outdir: str | Path, figures: list[Figure]) -> Path:
-    """figures.json beside the files: how a study's own notebook hands its figures over."""
-    path = Path(outdir) / MANIFEST
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps([asdict(f) for f in figures], indent=1) + "\n")
-    return path
-
-
-def read_manifest(outdir: str | Path) -> list[Figure]:
-    path = Path(outdir) / MANIFEST
-    if not path.is_file():
-        return [
-            Figure(
-                p.stem, p.stem.replace("_", " "), png=p.name, svg=_if_file(p.with_suffix(".svg"))
-            )
-            for p in sorted(Path(outdir).glob("*.png"))
-        ]
-    return [Figure(**item) for item in json.loads(path.read_text())]
-
-
-def _if_file(p: Path) -> str | None:
-    return p.name if p.is_file() else None
-
-
-def palette(order: list[str]) -> dict[str, tuple]:
-    """A fixed colour per variant, by its place in the ladder (the same in every figure)."""
-    colors = sns.color_palette("tab20" if len(order) > 10 else "tab10", max(len(order), 1))
-    return {v: colors[i % len(colors)] for i, v in enumerate(order)}
-
-
-def _num(x) -> float:
-    try:
-        x = float(x)
-    except (TypeError, ValueError):
-        return math.nan
-    return x
-
-
-def compact(x, digits: int = 3) -> str:
-    """A short label for a number: 0.0123, 12.3, 1.23k, 4.56M, 7.89G."""
-    x = _num(x)
-    if math.isnan(x):
-        return "n/a"
-    a = abs(x)
-    for scale, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e4, "k")):
-        if a >= scale:
-            return f"{x / (scale if suffix != 'k' else 1e3):.{digits}g}{suffix}"
-    return f"{x:.{digits}g}"
-
+from kernelbook import tables
+from kernelbook.report.plot import BASELINE_COLOR, Figure, NoData, num, palette, save
 
 # ------------------------------------------------------------------------------------------
 # (a) the ladder
@@ -181,7 +65,7 @@ def ladder(
     top = 100.0
     for i, v in enumerate(order):
         row = headline.loc[v] if v in headline.index else None
-        pct = _num(row["pct_of_baseline"]) if row is not None else math.nan
+        pct = num(row["pct_of_baseline"]) if row is not None else math.nan
         if math.isnan(pct):
             why = "not measured" if row is None else str(row.get("status") or "no value")
             ax.text(i, 1, why, rotation=90, ha="center", va="bottom", color="firebrick", fontsize=8)
@@ -384,7 +268,7 @@ def ceilings(device: pd.DataFrame | None) -> dict[str, float]:
         "l2_gbps",
         "l1_gbps",
     ):
-        if key in vals and not math.isnan(_num(vals[key])):
+        if key in vals and not math.isnan(num(vals[key])):
             out[key] = float(vals[key])
     return out
 
@@ -458,7 +342,7 @@ def roofline(
         r = sub.iloc[0]
         line_x, line_y = [], []
         for col, _name, marker in levels:
-            ai = _num(r[col])
+            ai = num(r[col])
             if math.isnan(ai) or ai <= 0:
                 continue
             ax.scatter(ai, r["tflops"], marker=marker, s=46, color=colors[v], edgecolor="black")
@@ -522,7 +406,7 @@ def bandwidth_roofline(
     axes = np.atleast_1d(axes)
     y = np.arange(len(variants))
     for ax, (col, name, key) in zip(axes, levels, strict=True):
-        vals = [_num(roof.loc[roof["variant"] == v, col].iloc[0]) for v in variants]
+        vals = [num(roof.loc[roof["variant"] == v, col].iloc[0]) for v in variants]
         ax.barh(y, [0 if math.isnan(x) else x for x in vals], color=[colors[v] for v in variants])
         roof_bw = ceil.get(key)
         if roof_bw:
@@ -551,200 +435,3 @@ def bandwidth_roofline(
         "merit."
     )
     return save(fig, outdir, "roofline", "Bandwidth roofline", caption)
-
-
-# ------------------------------------------------------------------------------------------
-# (d) the metric heatmap
-
-
-def heatmap(values: pd.DataFrame, outdir, *, size_label: str) -> Figure:
-    """Variants (rows) x metrics (columns), coloured per column by value / column maximum."""
-    values = values.apply(pd.to_numeric, errors="coerce").dropna(axis=1, how="all")
-    if values.empty or values.shape[1] == 0:
-        raise NoData("no profiler metric has a value")
-    scale = values.abs().max().replace(0, np.nan)
-    norm = (values / scale).where(values.notna() & scale.notna().to_numpy(), values * 0)
-    annot = values.map(compact)
-    fig, ax = plt.subplots(
-        figsize=(max(6.0, 1.05 * values.shape[1] + 2.5), max(3.0, 0.42 * values.shape[0] + 1.8))
-    )
-    sns.heatmap(
-        norm,
-        annot=annot.to_numpy(),
-        fmt="",
-        cmap="viridis",
-        vmin=0,
-        vmax=1,
-        cbar_kws={"label": "value / column maximum"},
-        annot_kws={"fontsize": 7},
-        linewidths=0.4,
-        ax=ax,
-    )
-    ax.set_xticklabels(ax.get_xticklabels(), rotation=35, ha="right", fontsize=8)
-    ax.set_ylabel("")
-    ax.set_title(f"Profiler metrics at {size_label}")
-    caption = (
-        "Nsight Compute metrics per variant, each column scaled by its largest value so that "
-        "columns with different units compare; the numbers are the raw values."
-    )
-    return save(fig, outdir, "metrics", "Profiler metrics per variant", caption)
-
-
-# ------------------------------------------------------------------------------------------
-# (e) prediction against measurement
-
-
-def prediction(
-    predicted: dict[str, float],
-    measured: dict[str, float],
-    order: list[str],
-    outdir,
-    *,
-    baseline_label: str,
-    size_label: str,
-) -> Figure:
-    """Predicted vs measured % of baseline per variant (predictions written before measuring)."""
-    vs = [v for v in order if v in predicted]
-    if not vs:
-        raise NoData("no variant has predict: {pct_of_baseline: ...}")
-    if not any(not math.isnan(_num(measured.get(v))) for v in vs):
-        raise NoData(f"no predicted variant has a measurement at {size_label}")
-    colors = palette(order)
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.7 * len(vs) + 2.5), 4.4))
-    for i, v in enumerate(vs):
-        p, m = float(predicted[v]), _num(measured.get(v))
-        ax.scatter(i, p, marker="o", s=50, facecolor="white", edgecolor=colors[v], linewidth=1.6)
-        if not math.isnan(m):
-            ax.plot([i, i], [p, m], color=colors[v], linewidth=1.2)
-            ax.scatter(i, m, marker="o", s=50, color=colors[v], edgecolor="black", zorder=4)
-            ax.annotate(
-                f"{m / p:.2g}x", (i, m), textcoords="offset points", xytext=(6, 0), fontsize=7
-            )
-    ax.set_yscale("log")
-    ax.set_xticks(range(len(vs)), vs, rotation=30, ha="right")
-    ax.set_ylabel(f"% of {baseline_label} (log scale)")
-    ax.set_title(f"Predicted (open) and measured (filled) at {size_label}")
-    caption = (
-        "Open circles: the study config's predict: pct_of_baseline, written before measuring. "
-        "Filled circles: the measurement; the label is measured over predicted."
-    )
-    return save(fig, outdir, "prediction", "Prediction against measurement", caption)
-
-
-# ------------------------------------------------------------------------------------------
-# (f) the autotuning search
-
-
-def autotune(
-    candidates: pd.DataFrame,
-    winners: pd.DataFrame,
-    outdir,
-    *,
-    metric: str = "tflops",
-) -> Figure:
-    """Every candidate's throughput at each tuned size, the winner starred and named."""
-    if candidates is None or candidates.empty:
-        raise NoData("no autotuning candidates were measured")
-    tuned = list(dict.fromkeys(candidates["tuned_from"].dropna()))
-    unit = "TFLOP/s" if metric == "tflops" else "GB/s"
-    fig, axes = plt.subplots(
-        len(tuned),
-        1,
-        figsize=(8.0, 3.8 * len(tuned)),
-        squeeze=False,
-        sharex=False,
-        layout="constrained",  # rotated size labels clear the next panel's title
-    )
-    rng = np.random.default_rng(0)
-    for ax, t in zip(axes[:, 0], tuned, strict=True):
-        c = candidates[candidates["tuned_from"] == t]
-        keys = ["flop", "bytes_min"] if "bytes_min" in c else ["flop"]
-        sizes = (
-            c[["size", *keys]]
-            .drop_duplicates("size")
-            .sort_values([*keys, "size"], kind="stable")["size"]
-            .tolist()
-        )
-        ok = c[(c["status"] == "ok") & c[metric].notna()]
-        bad = c[c["status"] != "ok"]
-        for i, s in enumerate(sizes):
-            y = ok[ok["size"] == s][metric].to_numpy(dtype=float)
-            ax.scatter(
-                i + rng.uniform(-0.18, 0.18, len(y)), y, s=14, alpha=0.6, color="tab:blue", lw=0
-            )
-            w = winners[(winners["variant"] == t) & (winners["size"] == s)]
-            if len(w) and w.iloc[0]["status"] == "ok":
-                wy = float(w.iloc[0][metric])
-                ax.scatter(i, wy, marker="*", s=160, color="gold", edgecolor="black", zorder=5)
-                point = _point_label(w.iloc[0].get("tune_point"))
-                ax.annotate(point, (i, wy), textcoords="offset points", xytext=(8, 4), fontsize=6)
-        n_c = c["variant"].nunique()
-        ax.set_xticks(range(len(sizes)), sizes, rotation=25, ha="right")
-        ax.set_ylabel(unit)
-        ax.set_title(
-            f"{t}: {n_c} candidates, {len(bad)} (candidate, size) not run or failed", fontsize=9
-        )
-    fig.suptitle("Autotuning search", fontweight="bold")
-    caption = (
-        f"Each dot is one candidate's median {unit} at one size; the star is the candidate the "
-        "tuned variant uses at that size (fastest correct one), labelled with its parameters."
-    )
-    return save(fig, outdir, "autotune", "Autotuning search", caption)
-
-
-def _point_label(text) -> str:
-    if not isinstance(text, str) or not text:
-        return ""
-    try:
-        point = json.loads(text)
-    except json.JSONDecodeError:
-        return text
-    return " ".join(f"{k}{v}" for k, v in point.items())
-
-
-# ------------------------------------------------------------------------------------------
-# SASS instruction mix (used by the sgemm study's own notebook; any study may use it)
-
-
-def sass_groups(sass: pd.DataFrame, order: list[str]) -> pd.DataFrame:
-    """Static SASS instruction counts per variant and opcode group (other = the rest)."""
-    if sass is None or sass.empty:
-        raise NoData("no SASS histogram")
-    group_of = {op: g for g, ops in SASS_GROUPS.items() for op in ops}
-    df = sass.assign(group=sass["op"].map(group_of).fillna("other"))
-    table = df.pivot_table(index="variant", columns="group", values="count", aggfunc="sum")
-    cols = [g for g in [*SASS_GROUPS, "other"] if g in table.columns]
-    rows = [v for v in order if v in table.index] + [v for v in table.index if v not in order]
-    return table.reindex(index=rows, columns=cols).fillna(0).astype(int)
-
-
-def sass_mix(sass: pd.DataFrame, order: list[str], outdir) -> Figure:
-    """Stacked bars of each variant's static SASS mix: FFMA, shared and global traffic, rest."""
-    table = sass_groups(sass, order)
-    frac = table.div(table.sum(axis=1), axis=0)
-    colors = dict(zip(table.columns, sns.color_palette("Set2", len(table.columns)), strict=True))
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(max(9.0, 0.9 * len(table) + 5), 4.6))
-    for ax, data, label in ((a1, table, "instructions"), (a2, frac * 100, "% of instructions")):
-        bottom = np.zeros(len(data))
-        for g in data.columns:
-            ax.bar(range(len(data)), data[g], bottom=bottom, color=colors[g], label=g, width=0.7)
-            bottom += data[g].to_numpy(dtype=float)
-        ax.set_xticks(range(len(data)), data.index, rotation=30, ha="right")
-        ax.set_ylabel(label)
-    for i, v in enumerate(table.index):
-        ffma, lds = table.loc[v].get("FFMA", 0), table.loc[v].get("LDS", 0)
-        if lds:
-            a2.text(i, 101, f"{ffma / lds:.2g}", ha="center", va="bottom", fontsize=7)
-    a2.set_ylim(0, 110)
-    a2.set_title("share (label: FFMA per LDS)", fontsize=9)
-    a1.set_title("static count in the entry function", fontsize=9)
-    a2.legend(
-        *a1.get_legend_handles_labels(), fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1)
-    )
-    fig.suptitle("SASS instruction mix per variant", fontweight="bold")
-    caption = (
-        "Opcode histogram of each variant's compiled entry function (cuobjdump -sass), grouped. "
-        "Static counts: an unrolled loop body counts once, so this shows the code's make-up "
-        "(FFMA per shared load, vector widths), not dynamic instruction counts (see ncu)."
-    )
-    return save(fig, outdir, "sass_mix", "SASS instruction mix", caption)

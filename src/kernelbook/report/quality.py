@@ -1,6 +1,7 @@
 """How trustworthy a study's numbers are, for its page: the baseline's spread across jobs,
-how the stopping rule ended each measurement, the raw samples at the headline size, and
-what the pipeline itself cost (kernelbook.report.stages)."""
+how the stopping rule ended each measurement, the raw samples at the headline size, what
+the pipeline itself cost (kernelbook.report.stages), and the same study before and after a
+change of method."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from kernelbook.report import figures, stages
+from kernelbook.report import plot, stages
 
 # The stable-denominator bound: a baseline's median at one size may spread by at most this
 # (max over min) across the jobs of one run; the page flags sizes above it.
@@ -75,13 +76,13 @@ def sample_rows(meas: pd.DataFrame, samples: pd.DataFrame, size: str) -> pd.Data
 
 def distribution(
     meas: pd.DataFrame, samples: pd.DataFrame | None, order: list[str], outdir, *, size_label: str
-) -> figures.Figure:
+) -> plot.Figure:
     """Every sample at the headline size, relative to its own median, variant and baseline."""
     if samples is None or samples.empty:
-        raise figures.NoData("no samples table (samples.parquet) for this study")
+        raise plot.NoData("no samples table (samples.parquet) for this study")
     s = sample_rows(meas, samples, size_label)
     if s.empty:
-        raise figures.NoData(f"no samples at {size_label}")
+        raise plot.NoData(f"no samples at {size_label}")
     vs = [v for v in order if v in set(s["row"])]
     med = s.groupby(["row", "function"])["ms"].transform("median")
     s = s.assign(
@@ -106,7 +107,7 @@ def distribution(
         "measurement; the baseline (and the copy, for bandwidth-bound studies) was sampled "
         "alternately with the variant in the same job. The 0.5 to 99.5 percentiles are shown."
     )
-    return figures.save(
+    return plot.save(
         fig, outdir, "distribution", "Sample distribution at the headline size", caption
     )
 
@@ -205,26 +206,19 @@ def before_after(before: pd.DataFrame, after: pd.DataFrame, headline: str | None
     return f"{what} ({col})\n\n" + "\n".join(lines) + "\n"
 
 
-def main(argv=None) -> int:
-    """python -m kernelbook.report.quality before-after REV worklogs/<gpu>/<study> ...: write each
-    folder's before-after.md, comparing the measurements published at git revision REV with
-    those published now."""
-    import argparse
+def write_before_after(rev: str, folders) -> int:
+    """`kernelbook before-after REV worklogs/<gpu>/<study> ...`: write each folder's
+    before-after.md, comparing the measurements published at git revision REV with those
+    published now."""
     import io
     import json
     import subprocess
     from pathlib import Path
 
-    p = argparse.ArgumentParser(prog="python -m kernelbook.report.quality")
-    sub = p.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("before-after", help="compare published measurements with a revision")
-    s.add_argument("rev")
-    s.add_argument("folders", nargs="+")
-    args = p.parse_args(argv)
-    for folder in map(Path, args.folders):
+    for folder in map(Path, folders):
         data = folder / "data" / "measurements.parquet"
         old = subprocess.run(
-            ["git", "show", f"{args.rev}:{data.as_posix()}"], capture_output=True, check=True
+            ["git", "show", f"{rev}:{data.as_posix()}"], capture_output=True, check=True
         ).stdout
         before, after = pd.read_parquet(io.BytesIO(old)), pd.read_parquet(data)
         meta = json.loads((folder / "data" / "study.json").read_text())
@@ -232,16 +226,11 @@ def main(argv=None) -> int:
         was = ", ".join(sorted(set(before["git_commit"].astype(str))))
         text = (
             f"# {folder.name} on {folder.parent.name}: before and after\n\n"
-            f"Before: the measurements published at {args.rev} (measured at {was}). After: "
+            f"Before: the measurements published at {rev} (measured at {was}). After: "
             f"those in data/ (measured at {commit}).\n\n"
             + before_after(before, after, meta.get("headline"))
-            + "\nRegenerate: `python -m kernelbook.report.quality before-after "
-            + f"{args.rev} {folder}`\n"
+            + f"\nRegenerate: `kernelbook before-after {rev} {folder}`\n"
         )
         (folder / "before-after.md").write_text(text)
         print(f"{folder}/before-after.md")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -210,7 +210,7 @@ def crossover_table(meas: pd.DataFrame, device: pd.DataFrame, meta: dict) -> pd.
 def _ok(meas: pd.DataFrame) -> pd.DataFrame:
     df = meas[meas["status"] == "ok"]
     if df.empty:
-        from kernelbook.report.figures import NoData
+        from kernelbook.report.plot import NoData
 
         raise NoData("no measured row")
     return df
@@ -242,7 +242,7 @@ def regimes_figure(meas, device, meta, outdir, order: list[str]):
     """Measured time against N per op (one panel each), model dashed, regimes shaded."""
     import matplotlib.pyplot as plt
 
-    from kernelbook.report import figures
+    from kernelbook.report import plot
 
     df = _ok(meas)
     c = Ceilings.of(device)
@@ -255,7 +255,7 @@ def regimes_figure(meas, device, meta, outdir, order: list[str]):
     flat = list(axes.ravel())
     for ax in flat[len(ops) :]:
         ax.set_visible(False)
-    colors = figures.palette(order)
+    colors = plot.palette(order)
     lo, hi = float(df["N"].min()) / 2, float(df["N"].max()) * 2
     for ax, op in zip(flat, ops, strict=False):
         vs = [v for v in order if v in sh and sh[v].op == op]
@@ -283,17 +283,17 @@ def regimes_figure(meas, device, meta, outdir, order: list[str]):
         "panel's first variant), dotted lines at its crossover sizes. "
         + crossover_text(crossover_table(meas, device, meta))
     )
-    return figures.save(fig, outdir, "regimes", "Three regimes: time against size", caption)
+    return plot.save(fig, outdir, "regimes", "Three regimes: time against size", caption)
 
 
 def error_figure(meas, outdir, order: list[str]):
     """measured / predicted - 1 per row, against N, coloured by variant."""
     import matplotlib.pyplot as plt
 
-    from kernelbook.report import figures
+    from kernelbook.report import plot
 
     df = _ok(meas)
-    colors = figures.palette(order)
+    colors = plot.palette(order)
     markers = {"overhead": "o", "memory": "s", "compute": "^"}
     fig, ax = plt.subplots(figsize=(8, 4))
     for v in order:
@@ -317,21 +317,21 @@ def error_figure(meas, outdir, order: list[str]):
         "memory-bound, triangles compute-bound; above 1 the op is slower than the model "
         "(the table's prediction_error is this ratio minus 1)."
     )
-    return figures.save(fig, outdir, "prediction_error", "Prediction error per row", caption)
+    return plot.save(fig, outdir, "prediction_error", "Prediction error per row", caption)
 
 
 def graph_figure(meas, outdir, eager: str, graphed: str):
     """Eager against CUDA-graph replay of the same op: time and their ratio against N."""
     import matplotlib.pyplot as plt
 
-    from kernelbook.report import figures
+    from kernelbook.report import plot
 
     df = _ok(meas)
     a = df[df["variant"] == eager].set_index("N")["median_ms"]
     b = df[df["variant"] == graphed].set_index("N")["median_ms"]
     both = sorted(set(a.index) & set(b.index))
     if not both:
-        raise figures.NoData(f"no size where both {eager} and {graphed} were measured")
+        raise plot.NoData(f"no size where both {eager} and {graphed} were measured")
     fig, (ax, ax2) = plt.subplots(2, 1, figsize=(7, 5.5), sharex=True)
     ax.plot(both, [a[n] * 1e3 for n in both], "o-", label=eager)
     ax.plot(both, [b[n] * 1e3 for n in both], "s-", label=graphed)
@@ -349,7 +349,7 @@ def graph_figure(meas, outdir, eager: str, graphed: str):
         f"({graphed}): the graph removes per-launch cost where the overhead term binds, and "
         "the two meet where memory binds."
     )
-    return figures.save(fig, outdir, "graph", "CUDA graph against eager launches", caption)
+    return plot.save(fig, outdir, "graph", "CUDA graph against eager launches", caption)
 
 
 def graph_pair(meta: dict) -> tuple[str, str] | None:
@@ -366,7 +366,7 @@ def graph_pair(meta: dict) -> tuple[str, str] | None:
 
 def crossover_text(table: pd.DataFrame) -> str:
     """One sentence per variant: the model's crossovers and the measured knee."""
-    from kernelbook.report.worklog import fmt
+    from kernelbook.report.markdown import fmt
 
     parts = []
     for _, r in table.iterrows():
@@ -389,7 +389,7 @@ def crossover_text(table: pd.DataFrame) -> str:
 
 def draw(meas, device, meta, outdir, order, graph_pair=None) -> list:
     """Every regimes figure the data allows; one that cannot be drawn says why."""
-    from kernelbook.report import figures
+    from kernelbook.report import plot
 
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
@@ -401,7 +401,7 @@ def draw(meas, device, meta, outdir, order, graph_pair=None) -> list:
             else meas
         )
     except RegimesError as e:
-        return [figures.Figure(n, t, skipped=str(e)) for n, t in FIGURES]
+        return [plot.Figure(n, t, skipped=str(e)) for n, t in FIGURES]
     jobs = [
         ("regimes", lambda: regimes_figure(meas, device, meta, outdir, order)),
         ("prediction_error", lambda: error_figure(meas, outdir, order)),
@@ -412,8 +412,8 @@ def draw(meas, device, meta, outdir, order, graph_pair=None) -> list:
     for name, fn in jobs:
         try:
             out.append(fn())
-        except figures.NoData as e:
-            out.append(figures.Figure(name, titles[name], skipped=str(e)))
+        except plot.NoData as e:
+            out.append(plot.Figure(name, titles[name], skipped=str(e)))
     return out
 
 
