@@ -415,7 +415,12 @@ def parser() -> argparse.ArgumentParser:
         "before-after", help="a study's published measurements against those at a git revision"
     )
     s.add_argument("rev")
-    s.add_argument("folders", nargs="+", metavar="worklogs/GPU/STUDY")
+    s.add_argument(
+        "folders",
+        nargs="+",
+        metavar="FOLDER",
+        help="a published study's folder: worklogs/<gpu>/<study>",
+    )
     s.set_defaults(fn=cmd_before_after)
     # -- end of report verbs
     return p

@@ -42,7 +42,7 @@ def leading_comment(text: str) -> str:
 
 def study_meta(study, root: str | Path) -> dict:
     """What the page needs from a resolved study (kernelbook.config.Study), as plain JSON."""
-    from kernelbook.build.nvcc import sha256_source
+    from kernelbook.provenance import sha256_source
 
     root = Path(root)
     problem = problems.get(study.problem)

@@ -96,7 +96,7 @@ def comments_only_change(root: str | Path, rel: str, measured: list[str], depth:
 
 def study_changes(root: str | Path, study, meas, gpu: str) -> list[Change]:
     """What changed in one study's variants since ``meas`` (its published rows) was measured."""
-    from kernelbook.build.nvcc import sha256_source
+    from kernelbook.provenance import sha256_source
 
     root = Path(root)
     out: list[Change] = []
