@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from kernelbook.report import plot, quality, stages
+from kernelbook.report import pipeline_cost, plot, quality
 
 ROOT = Path(__file__).resolve().parents[1]
 SGEMM = ROOT / "worklogs" / "nvidia-h200" / "sgemm" / "data"
@@ -92,14 +92,14 @@ def test_stages_table_reads_snakemake_benchmark_files(tmp_path):
         p.parent.mkdir(parents=True)
         p.write_text(head + f"{secs}\t0:00:0{int(secs) % 10}\t100.5\t1\t1\t1\t0\t0\t1\tNA\n")
         paths.append(p)
-    rows = stages.table(paths, "sgemm")
+    rows = pipeline_cost.table(paths, "sgemm")
     assert [(r["rule"], r["stage"], r["job"], r["seconds"]) for r in rows] == [
         ("compile", "compile", "01_naive", 2.5),
         ("bench", "bench", "01_naive", 40.0),
         ("device", "device", "device", 6.0),
     ]
     assert rows[0]["max_rss_mb"] == 100.5 and rows[0]["cpu_seconds"] is None
-    summary = {r["stage"]: r for r in stages.summary(rows)}
+    summary = {r["stage"]: r for r in pipeline_cost.summary(rows)}
     assert summary["bench"]["seconds"] == 40.0 and summary["bench"]["jobs"] == 1
 
 

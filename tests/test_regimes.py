@@ -22,7 +22,7 @@ import yaml
 
 from kernelbook import gpu, problems, tables
 from kernelbook.problems.regimes import matmul_n
-from kernelbook.report import regimes
+from kernelbook.report import prediction
 
 REPO = Path(__file__).resolve().parents[1]
 STUDY = REPO / "config" / "studies" / "regimes.yaml"
@@ -97,7 +97,7 @@ def test_study_file_is_consistent_with_its_problem():
         assert set(v["predict"]) <= {"launches", "traffic", "graph"}
         ops.add(v.get("computes") or "scale")
     assert ops == set(problems.regimes.OPS)
-    assert regimes.graph_pair(meta()) == ("02_chain_eager", "04_chain_graph")
+    assert prediction.graph_pair(meta()) == ("02_chain_eager", "04_chain_graph")
 
 
 def _schema_has_kinds() -> bool:
@@ -189,52 +189,56 @@ def test_reference_of_each_op_on_the_cpu(op):
 
 
 def test_device_table_without_launch_rows_is_refused_by_name():
-    with pytest.raises(regimes.RegimesError, match="launch_overhead_us"):
-        regimes.Ceilings.of(device_table(with_launch=False))
+    with pytest.raises(prediction.RegimesError, match="launch_overhead_us"):
+        prediction.Ceilings.of(device_table(with_launch=False))
 
 
 def test_prediction_and_binding_term_on_h200_numbers():
     d = device_table()
-    c = regimes.Ceilings.of(d)
+    c = prediction.Ceilings.of(d)
     copy = float(d.loc[d["quantity"] == "copy_gbps", "value"].iloc[0])
     bf16 = float(d.loc[d["quantity"] == "cublas_bf16_tflops", "value"].iloc[0])
     assert c.copy_gbps == copy and 4000 < copy < 4800 and c.bf16_tflops == bf16
     p = problems.get("regimes")
-    scale = regimes.Shape()
-    ms, bound = regimes.predict(*p.cost({"N": 1000}, "bfloat16"), scale, c)
+    scale = prediction.Shape()
+    ms, bound = prediction.predict(*p.cost({"N": 1000}, "bfloat16"), scale, c)
     assert bound == "overhead" and ms == pytest.approx(LAUNCH_US * 1e-3)
-    ms, bound = regimes.predict(*p.cost({"N": 10**9}, "bfloat16"), scale, c)
+    ms, bound = prediction.predict(*p.cost({"N": 10**9}, "bfloat16"), scale, c)
     assert bound == "memory" and ms == pytest.approx(4e9 / (copy * 1e9) * 1e3)
-    mm = regimes.Shape(op="matmul")
+    mm = prediction.Shape(op="matmul")
     flop, nbytes = p.cost({"N": 10**9}, "bfloat16", "matmul")
-    ms, bound = regimes.predict(flop, nbytes, mm, c)
+    ms, bound = prediction.predict(flop, nbytes, mm, c)
     assert bound == "compute" and ms == pytest.approx(flop / (bf16 * 1e12) * 1e3)
     # eager chain: four launches and 4.5x the bytes; the graph replays them for less
-    eager = regimes.Shape("chain", 4, 4.5)
-    graph = regimes.Shape("chain", 4, 4.5, graph=True)
-    t_e = regimes.terms(4000.0, 4000.0, eager, c)
-    t_g = regimes.terms(4000.0, 4000.0, graph, c)
+    eager = prediction.Shape("chain", 4, 4.5)
+    graph = prediction.Shape("chain", 4, 4.5, graph=True)
+    t_e = prediction.terms(4000.0, 4000.0, eager, c)
+    t_g = prediction.terms(4000.0, 4000.0, graph, c)
     assert t_e["overhead"] == pytest.approx(4 * LAUNCH_US * 1e-3)
     assert t_g["overhead"] == pytest.approx((LAUNCH_US + 3 * LAUNCH_GRAPH_US) * 1e-3)
     assert t_e["memory"] == t_g["memory"] == pytest.approx(4.5 * 4000 / (copy * 1e9) * 1e3)
 
 
 def test_crossovers_where_the_terms_meet():
-    c = regimes.Ceilings.of(device_table())
+    c = prediction.Ceilings.of(device_table())
     # scale: launch = 4 N bytes / copy bandwidth
-    cross = regimes.crossover(regimes.Shape(), c, regimes.op_cost("scale"))
+    cross = prediction.crossover(prediction.Shape(), c, prediction.op_cost("scale"))
     assert list(cross) == ["overhead->memory"]
     assert cross["overhead->memory"] == pytest.approx(LAUNCH_US * 1e-6 * c.copy_gbps * 1e9 / 4)
     # sum moves half the bytes: twice the N
-    s = regimes.crossover(regimes.Shape("sum"), c, regimes.op_cost("sum"))["overhead->memory"]
+    s = prediction.crossover(prediction.Shape("sum"), c, prediction.op_cost("sum"))[
+        "overhead->memory"
+    ]
     assert s == pytest.approx(2 * cross["overhead->memory"], rel=1e-6)
     # the graph moves the eager chain's crossover down by its overhead ratio
-    e = regimes.crossover(regimes.Shape("chain", 4, 4.5), c, regimes.op_cost("chain"))
-    g = regimes.crossover(regimes.Shape("chain", 4, 4.5, True), c, regimes.op_cost("chain"))
+    e = prediction.crossover(prediction.Shape("chain", 4, 4.5), c, prediction.op_cost("chain"))
+    g = prediction.crossover(
+        prediction.Shape("chain", 4, 4.5, True), c, prediction.op_cost("chain")
+    )
     ratio = 4 * LAUNCH_US / (LAUNCH_US + 3 * LAUNCH_GRAPH_US)
     assert e["overhead->memory"] / g["overhead->memory"] == pytest.approx(ratio, rel=1e-6)
     # matmul: from overhead straight to compute, 2 n^3 / peak = launch
-    m = regimes.crossover(regimes.Shape("matmul"), c, regimes.op_cost("matmul"))
+    m = prediction.crossover(prediction.Shape("matmul"), c, prediction.op_cost("matmul"))
     assert list(m) == ["overhead->compute"]
     n = (LAUNCH_US * 1e-6 * c.bf16_tflops * 1e12 / 2) ** (1 / 3)
     assert m["overhead->compute"] == pytest.approx(n * n, rel=1e-6)
@@ -243,12 +247,12 @@ def test_crossovers_where_the_terms_meet():
 def test_measured_knee():
     n = np.array([1e3, 1e4, 1e5, 1e6, 1e7])
     ms = np.array([0.002, 0.002, 0.0021, 0.004, 0.03])
-    assert regimes.measured_knee(n, ms) == pytest.approx(1e6, rel=1e-9)
+    assert prediction.measured_knee(n, ms) == pytest.approx(1e6, rel=1e-9)
     ms2 = np.array([0.002, 0.002, 0.0021, 0.003, 0.006])
-    knee = regimes.measured_knee(n, ms2)
+    knee = prediction.measured_knee(n, ms2)
     assert 1e6 < knee < 1e7
     assert math.log(knee / 1e6) / math.log(10) == pytest.approx(math.log(4 / 3) / math.log(2))
-    assert regimes.measured_knee(n, np.full(5, 0.002)) is None
+    assert prediction.measured_knee(n, np.full(5, 0.002)) is None
 
 
 # ------------------------------------------------------------------------------------------
@@ -259,7 +263,7 @@ def measurement_rows(error: float = 0.1) -> pd.DataFrame:
     """Rows of the measurements schema for every variant and size, timed at the model's
     prediction x (1 + error) at one size in two and x (1 - error) at the others."""
     m, d = meta(), device_table()
-    c = regimes.Ceilings.of(d)
+    c = prediction.Ceilings.of(d)
     p = problems.get("regimes")
     sch = tables.schema("measurements", ("N",))
     fill = {"string": "x", "double": 0.0, "int64": 0, "bool": False}
@@ -273,10 +277,10 @@ def measurement_rows(error: float = 0.1) -> pd.DataFrame:
             )
     rows = []
     for v in m["variants"]:
-        shape = regimes.Shape.of(v)
+        shape = prediction.Shape.of(v)
         for i, n in enumerate(raw_study()["sizes"][0]["N"]):
             flop, nbytes = p.cost({"N": n}, "bfloat16", v.get("computes"), {"hidden": 1024})
-            ms, _ = regimes.predict(flop, nbytes, shape, c)
+            ms, _ = prediction.predict(flop, nbytes, shape, c)
             got = ms * (1 + (error if i % 2 else -error))
             rows.append(
                 {

@@ -157,7 +157,7 @@ def cmd_device(args) -> int:
 
 def cmd_gather(args) -> int:
     from kernelbook import tables, tune
-    from kernelbook.report import regimes
+    from kernelbook.report import prediction
 
     # measurements: a tuned variant's confirmed rows replace its selection rows
     steps = [tune.confirmed] if args.table == "measurements" else []
@@ -166,7 +166,7 @@ def cmd_gather(args) -> int:
             raise SystemExit("kernelbook gather: --device and --meta go together, on measurements")
         meta = json.loads(Path(args.meta).read_text())
         device = tables.read(args.device)
-        steps.append(lambda df: regimes.annotate(df, device, meta))
+        steps.append(lambda df: prediction.annotate(df, device, meta))
 
     def post(df):
         for step in steps:
@@ -175,16 +175,16 @@ def cmd_gather(args) -> int:
 
     try:
         tables.gather(args.inputs, args.out, args.table, post if steps else None)
-    except regimes.RegimesError as e:
+    except prediction.RegimesError as e:
         raise SystemExit(f"kernelbook gather: {args.device}: {e}") from None
     return 0
 
 
 def cmd_stages(args) -> int:
     from kernelbook import tables
-    from kernelbook.report import stages
+    from kernelbook.report import pipeline_cost
 
-    tables.write(stages.table(args.inputs, args.study), args.out, "stages")
+    tables.write(pipeline_cost.table(args.inputs, args.study), args.out, "stages")
     return 0
 
 
@@ -363,7 +363,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("inputs", nargs="*")
     s.add_argument(
         "--device",
-        help="measurements: add the three-term prediction (kernelbook.report.regimes) from this "
+        help="measurements: add the three-term prediction (kernelbook.report.prediction) from this "
         "device table",
     )
     s.add_argument("--meta", help="with --device: the study.json holding each variant's predict")

@@ -175,7 +175,7 @@ def bench_files(wildcards):
     return out
 
 
-# Problems whose measurements carry the three-term prediction (kernelbook.report.regimes): their
+# Problems whose measurements carry the three-term prediction (kernelbook.report.prediction): their
 # measurements table is gathered with the device table and study.json.
 PREDICTED_PROBLEMS = ("regimes",)
 

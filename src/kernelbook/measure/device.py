@@ -196,7 +196,7 @@ def launch_overhead(timing: dict, timer: Timer) -> dict[str, tuple[float, str]]:
     """{quantity: (microseconds, method)}: the GPU time of an empty kernel (one thread), timed
     by the blocking-kernel Timer (no host time in a sample) through a plain launch and as one
     of ``graph_launches`` kernels of a CUDA graph (the graph's time over its kernels). The
-    floor of the overhead regime: kernelbook.report.regimes predicts with these."""
+    floor of the overhead regime: kernelbook.report.prediction predicts with these."""
     import cupy as cp
 
     kernel = cp.RawKernel(EMPTY_KERNEL, "kb_empty")

@@ -31,7 +31,7 @@ FLOP and byte counts (``cost``) are per op and per row of the measurements table
 count is the op's arithmetic (tanh counted as one), the bytes are the fewest one call must
 move through device memory (each input read once, each output written once). A variant
 that moves more (an eager chain writes and reads its intermediates) says how much more in
-its ``predict: {traffic: ...}``, which the three-term model of kernelbook.report.regimes uses.
+its ``predict: {traffic: ...}``, which the three-term model of kernelbook.report.prediction uses.
 
 The baseline ``eager`` is the op in plain eager PyTorch into a preallocated output, so an
 eager variant is timed against itself (a control: about 100 %) and a compiled or

@@ -1,6 +1,6 @@
 """How trustworthy a study's numbers are, for its page: the baseline's spread across jobs,
 how the stopping rule ended each measurement, the raw samples at the headline size, what
-the pipeline itself cost (kernelbook.report.stages), and the same study before and after a
+the pipeline itself cost (kernelbook.report.pipeline_cost), and the same study before and after a
 change of method."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from kernelbook.report import plot, stages
+from kernelbook.report import pipeline_cost, plot
 
 # The stable-denominator bound: a baseline's median at one size may spread by at most this
 # (max over min) across the jobs of one run; the page flags sizes above it.
@@ -145,7 +145,7 @@ def spread_section(meas: pd.DataFrame, baseline: str, fmt) -> list[str]:
 def stages_section(table: pd.DataFrame | None, fmt) -> list[str]:
     if table is None or table.empty:
         return []
-    rows = stages.summary(table)
+    rows = pipeline_cost.summary(table)
     L = [
         "## What the pipeline cost",
         "",

@@ -123,7 +123,7 @@ def variant_section(data, v, prev, head, base, unit, fom) -> list[str]:
                 parts.append(f"{fmt(p)} {label}, measured {fmt(got)} ({fmt(got / p, 3)}x)")
         L += ["**Prediction.** " + "; ".join(parts) + ".", ""]
     if r is not None and as_float(r.get("predicted_ms")) is not None:
-        # the three-term model (kernelbook.report.regimes), from the device table
+        # the three-term model (kernelbook.report.prediction), from the device table
         got = as_float(r.get("median_ms"))
         L += [
             f"**Model at {size}.** {fmt(r['predicted_ms'])} ms, {r.get('predicted_bound')}-bound"
