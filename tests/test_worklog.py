@@ -984,3 +984,40 @@ def test_kernels_without_flops_get_the_bandwidth_roofline(tmp_path):
     bare = roof.drop(columns=["dram_gbps", "l2_gbps", "l1_gbps"])
     with pytest.raises(figures.NoData, match="FLOP rate or a bandwidth"):
         figures.roofline(bare, order, tmp_path, ceil=ceil, size_label="16384x16384")
+
+
+def _reordered_copy(worklogs: Path, gpu: str, study: str, dest: Path, seed: int) -> Path:
+    """The published study's data/ with every table's rows in another order (seeded)."""
+    import numpy as np
+
+    src = layout.published_paths(worklogs, gpu, study)
+    out = layout.published_paths(dest, gpu, study)
+    out["meta"].parent.mkdir(parents=True)
+    shutil.copyfile(src["meta"], out["meta"])
+    for name in layout.DATA_TABLES:
+        if src[name].is_file():
+            df = pd.read_parquet(src[name])
+            order = (
+                np.random.default_rng(seed).permutation(len(df)) if seed else range(len(df))[::-1]
+            )
+            df.iloc[list(order)].reset_index(drop=True).to_parquet(out[name])
+    return dest
+
+
+def test_a_page_does_not_depend_on_the_order_of_its_rows(tmp_path):
+    """Every sort behind the page and its figures has a total order: the same tables with
+    their rows in two other orders render to the same bytes (numpy's unstable sort breaks
+    ties one way with AVX-512 and another without it)."""
+    gpu, study = "nvidia-h200", "sgemm"
+    pages = []
+    for seed in (0, 7):
+        root = _reordered_copy(REPO / "worklogs", gpu, study, tmp_path / f"w{seed}", seed)
+        out = tmp_path / f"page{seed}"
+        publish.render_published(root, gpu, study, REPO / "analysis", out)
+        pages.append(out)
+    a, b = pages
+    assert (a / "README.md").read_text() == (b / "README.md").read_text()
+    figs = sorted(p.name for p in (a / "figures").glob("*.svg"))
+    assert figs == sorted(p.name for p in (b / "figures").glob("*.svg")) and figs
+    for name in figs:
+        assert (a / "figures" / name).read_bytes() == (b / "figures" / name).read_bytes(), name

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from functools import cache
 from pathlib import Path
@@ -153,3 +154,31 @@ def extra_baseline_names(df: pd.DataFrame) -> list[str]:
     for x in df["extra_baselines"].dropna():
         names.update(dict.fromkeys(json.loads(x)))
     return list(names)
+
+
+# The columns that identify a row, in the order ``canonical`` sorts by them; every other
+# column follows as a tie-breaker, so the order is total.
+ROW_KEYS = (
+    "study", "variant", "tuned_from", "function", "size", "sample", "metric", "kernel",
+    "tool", "quantity", "stage", "rule", "job", "opcode", "op",
+)  # fmt: skip
+_DIGITS = re.compile(r"\d+")
+
+
+def _sort_key(col: pd.Series) -> pd.Series:
+    if pd.api.types.is_numeric_dtype(col) or pd.api.types.is_datetime64_any_dtype(col):
+        return col
+    # text in natural order: 256x256x256 before 1024x1024x1024
+    return col.map(lambda x: "" if x is None else _DIGITS.sub(lambda m: m[0].zfill(20), str(x)))
+
+
+def canonical(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows in one order, whatever order they were written in (a page made from them
+    is then the same bytes on every machine): by the identifying columns, then the rest."""
+    if len(df) < 2:
+        return df.reset_index(drop=True)
+    cols = [c for c in ROW_KEYS if c in df.columns]
+    cols += [c for c in df.columns if c not in ROW_KEYS]
+    key = pd.DataFrame({i: _sort_key(df[c]) for i, c in enumerate(cols)}, index=df.index)
+    order = key.sort_values(list(key.columns), kind="mergesort", na_position="last").index
+    return df.loc[order].reset_index(drop=True)

@@ -117,7 +117,7 @@ def load(paths: Mapping[str, str | Path], mode: str = "measured") -> StudyData:
     for name in TABLES:
         p = paths.get(name)
         if p is not None and p.is_file():
-            loaded[name] = tables.read(p)
+            loaded[name] = tables.canonical(tables.read(p))
     prof = loaded.get("profile")
     if prof is not None and "status" in prof.columns:
         # not_run and failed rows hold no metric: the failures section reads them
