@@ -317,7 +317,9 @@ def metric_table(data: StudyData) -> tuple[pd.DataFrame | None, str | None, str]
         cols = [c for c in PROFILE_METRICS if c in wide]
         if not cols:
             logs = np.log10(wide.where(wide > 0))
-            cols = logs.std().sort_values(ascending=False).dropna().index[:12].tolist()
+            cols = (
+                logs.std().sort_values(ascending=False, kind="stable").dropna().index[:12].tolist()
+            )
         return wide[cols], size, "profile.parquet"
     return None, None, ""
 
@@ -353,7 +355,7 @@ def metric_deltas(data: StudyData, prev: str, cur: str, top: int = 6) -> tuple[l
     keep = a.notna() & b.notna() & (a > 0) & (b > 0) & (a != b)
     ratio = (b[keep] / a[keep]).astype(float)
     out, seen = [], set()
-    for name in np.abs(np.log(ratio)).sort_values(ascending=False).index:
+    for name in np.abs(np.log(ratio)).sort_values(ascending=False, kind="stable").index:
         pair = (float(a[name]), float(b[name]))
         if pair in seen:  # the same quantity under its roofline and its ncu name
             continue

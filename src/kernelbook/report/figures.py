@@ -145,7 +145,7 @@ def sweep(
         sub = ok[ok["variant"] == v]
         if sub.empty:
             continue
-        sub = sub.assign(_x=sub["size"].map(pos)).sort_values("_x")
+        sub = sub.assign(_x=sub["size"].map(pos)).sort_values("_x", kind="stable")
         ax.plot(sub["_x"], sub[metric], marker="o", markersize=4, color=colors[v], label=v)
     base_col = f"baseline_{metric}"
     if base_col in ok:

@@ -261,7 +261,7 @@ def regimes_figure(meas, device, meta, outdir, order: list[str]):
         vs = [v for v in order if v in sh and sh[v].op == op]
         _shade(ax, sh[vs[0]], c, params, lo, hi)
         for v in vs:
-            d = df[df["variant"] == v].sort_values("N")
+            d = df[df["variant"] == v].sort_values("N", kind="stable")
             if d.empty:
                 continue
             ax.plot(d["N"], d["median_ms"] * 1e3, "o-", color=colors[v], label=v, ms=4)
@@ -303,7 +303,7 @@ def error_figure(meas, outdir, order: list[str]):
             if len(e):
                 ax.scatter(e["N"], 1 + e["prediction_error"], color=colors[v], marker=m, s=20)
         if len(d):
-            d = d.sort_values("N")
+            d = d.sort_values("N", kind="stable")
             ax.plot(d["N"], 1 + d["prediction_error"], color=colors[v], lw=0.8, label=v)
     ax.axhline(1, color="black", lw=0.8)
     ax.set_xscale("log")

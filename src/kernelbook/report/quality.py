@@ -32,7 +32,7 @@ def baseline_spread(meas: pd.DataFrame) -> pd.DataFrame:
         }
     )
     out["spread_pct"] = 100.0 * (out["max_ms"] / out["min_ms"] - 1.0)
-    order = ok.drop_duplicates("size").sort_values(["flop", "bytes_min"])["size"]
+    order = ok.drop_duplicates("size").sort_values(["flop", "bytes_min"], kind="stable")["size"]
     return out.loc[list(order)].reset_index(names="size")
 
 
@@ -172,7 +172,7 @@ def stages_section(table: pd.DataFrame | None, fmt) -> list[str]:
 def compared_sizes(meas: pd.DataFrame, headline: str | None) -> list[str]:
     """The study's two smallest sizes (by bytes, then FLOPs) and its headline size."""
     ok = meas[meas["status"] == "ok"].drop_duplicates("size")
-    order = list(ok.sort_values(["bytes_min", "flop"])["size"])
+    order = list(ok.sort_values(["bytes_min", "flop"], kind="stable")["size"])
     picked = order[:2] + ([headline] if headline and headline not in order[:2] else [])
     return picked
 
