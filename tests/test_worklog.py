@@ -1021,3 +1021,44 @@ def test_a_page_does_not_depend_on_the_order_of_its_rows(tmp_path):
     assert figs == sorted(p.name for p in (b / "figures").glob("*.svg")) and figs
     for name in figs:
         assert (a / "figures" / name).read_bytes() == (b / "figures" / name).read_bytes(), name
+
+
+def test_a_page_renders_without_jupyter_the_same(tmp_path, monkeypatch):
+    """A GPU host often has no Jupyter: the notebooks then run in-process, and the page and
+    its figures are the same bytes as through a kernel."""
+    from kernelbook.report import notebook
+
+    gpu, study = "nvidia-h200", "sgemm"
+    kernel = tmp_path / "kernel"
+    publish.render_published(REPO / "worklogs", gpu, study, REPO / "analysis", kernel)
+    real_run = notebook.run
+    monkeypatch.setattr(notebook, "run", notebook.run_in_process)
+    here = tmp_path / "here"
+    publish.render_published(REPO / "worklogs", gpu, study, REPO / "analysis", here)
+    monkeypatch.setattr(notebook, "run", real_run)
+    assert (here / "README.md").read_text() == (kernel / "README.md").read_text()
+    for svg in sorted((kernel / "figures").glob("*.svg")):
+        assert (here / "figures" / svg.name).read_bytes() == svg.read_bytes(), svg.name
+
+
+def test_a_failing_cell_is_named_without_jupyter(tmp_path):
+    from types import SimpleNamespace
+
+    from kernelbook.report import notebook
+
+    nb = {
+        "cells": [
+            {"cell_type": "code", "source": ["print('one')\n"]},
+            {"cell_type": "markdown", "source": ["text"]},
+            {"cell_type": "code", "source": ["1 / 0\n"]},
+        ],
+        "metadata": {},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    path = tmp_path / "bad.ipynb"
+    path.write_text(json.dumps(nb))
+    with pytest.raises(notebook.CellError, match=r"bad\.ipynb, cell 2: ZeroDivisionError"):
+        notebook.run_in_process(path, SimpleNamespace(), tmp_path / "out.ipynb")
+    done = json.loads((tmp_path / "out.ipynb").read_text())
+    assert done["cells"][0]["outputs"][0]["text"] == "one\n"

@@ -11,6 +11,9 @@ over IPC sockets inside a private temporary folder.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import os
 import pickle
 import tempfile
@@ -28,9 +31,12 @@ def run(notebook: str | Path, snakemake: Any, executed: str | Path | None = None
     notebook finds the library of its own checkout. A failing cell raises, naming it; the
     executed copy is written either way.
     """
-    import nbformat
-    from nbclient import NotebookClient
-    from traitlets.config import Config
+    try:
+        import nbformat
+        from nbclient import NotebookClient
+        from traitlets.config import Config
+    except ImportError:  # no Jupyter here (a GPU host often has none): run it in this process
+        return run_in_process(notebook, snakemake, executed)
 
     notebook = Path(notebook).resolve()
     nb = nbformat.read(notebook, as_version=4)
@@ -58,6 +64,42 @@ def run(notebook: str | Path, snakemake: Any, executed: str | Path | None = None
             if executed is not None:
                 Path(executed).parent.mkdir(parents=True, exist_ok=True)
                 nbformat.write(nb, executed)
+
+
+class CellError(RuntimeError):
+    """A cell of an analysis notebook raised; the message names the notebook and the cell."""
+
+
+def run_in_process(notebook: str | Path, snakemake: Any, executed: str | Path | None = None):
+    """Execute the notebook's code cells in this process, in order, in one namespace that
+    holds ``snakemake``: where no Jupyter kernel is installed. The copy written to
+    ``executed`` holds what each cell printed; a failing cell raises CellError naming it,
+    after that copy is written."""
+    notebook = Path(notebook).resolve()
+    nb = json.loads(notebook.read_text())
+    snakemake.scriptdir = str(notebook.parent)
+    namespace: dict[str, Any] = {"__name__": "__main__", "snakemake": snakemake}
+    failed = None
+    for i, cell in enumerate(nb.get("cells", [])):
+        if cell.get("cell_type") != "code":
+            continue
+        source = "".join(cell.get("source", []))
+        printed = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(printed):
+                exec(compile(source, f"{notebook.name}, cell {i}", "exec"), namespace)
+        except Exception as e:
+            failed = CellError(f"{notebook.name}, cell {i}: {type(e).__name__}: {e}")
+            failed.__cause__ = e
+        outputs = [{"output_type": "stream", "name": "stdout", "text": printed.getvalue()}]
+        cell["outputs"] = outputs if printed.getvalue() else []
+        if failed is not None:
+            break
+    if executed is not None:
+        Path(executed).parent.mkdir(parents=True, exist_ok=True)
+        Path(executed).write_text(json.dumps(nb, indent=1) + "\n")
+    if failed is not None:
+        raise failed
 
 
 class Named(list):
