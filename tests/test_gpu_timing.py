@@ -43,6 +43,12 @@ CUBLAS = [
     ("06_vectorized", "4096", (1.5, 6.0), 0.03),
 ]
 LAUNCHES = 7  # profiled launches (after warm-up) whose median is the referee's time
+# ncu's gpu__time_duration reads a constant above CUPTI's kernel record, per kernel: measured
+# on the H200 0.62-0.64 us at 128^3 (8 % of a 7.4 us kernel), 0.3-1.1 us at 1024^3 (ncu
+# serialises, flushes every cache before each kernel and times from its own launch marks).
+# So CUPTI may read up to this much per kernel below ncu, and never above it by more than
+# the relative tolerance.
+NCU_WINDOW_MS = 0.001
 _CACHE: dict[tuple, tuple] = {}
 
 
@@ -164,6 +170,12 @@ def _ncu_cublas(shape: str, dtype: str = "fp32") -> tuple[float, int]:
     return statistics.median(sums), per_call
 
 
+def _agrees(ours: float, ref: float, tol: float, kernels: int) -> bool:
+    """CUPTI against ncu: within ``tol`` of it, or below it by at most ncu's own
+    per-kernel constant (NCU_WINDOW_MS)."""
+    return -tol * ref <= ref - ours <= tol * ref + NCU_WINDOW_MS * kernels
+
+
 def _cube(size: str) -> str:
     return "x".join([size] * 3) if "x" not in size else size
 
@@ -178,7 +190,7 @@ def test_variant_kernel_time_agrees_with_ncu(bench, variant, size, band, tol):
     ref = _ncu_variant(variant, size)
     _note(f"sgemm {variant} {_cube(size)}", f"{events * 1e3:.2f}", f"{ours * 1e3:.2f}",
           f"{ref * 1e3:.2f}", f"{ours / ref - 1:+.2%}")  # fmt: skip
-    assert abs(ours / ref - 1) <= tol, (ours, ref)
+    assert _agrees(ours, ref, tol, 1), (ours, ref)
     assert ours <= events * 1.01, (ours, events)  # events hold the kernel and more
 
 
@@ -194,7 +206,7 @@ def test_cublas_baseline_kernel_time_agrees_with_ncu(bench, variant, size, band,
           f"{ref * 1e3:.2f}", f"{ours / ref - 1:+.2%}",
           f"kernels {row['baseline_kernels_per_call']} (ncu {kernels})")  # fmt: skip
     assert int(row["baseline_kernels_per_call"]) == kernels
-    assert abs(ours / ref - 1) <= tol, (ours, ref)
+    assert _agrees(ours, ref, tol, kernels), (ours, ref)
     assert ours <= events * 1.01, (ours, events)
 
 
@@ -209,7 +221,10 @@ def test_events_and_kernel_time_agree_at_4096(bench):
 
 def test_a_two_kernel_baseline_has_its_span_and_its_sum(bench):
     """cuBLAS BF16 at M = 1 (a GEMV of 4096x4096) runs split-K: a GEMM kernel and a
-    reduction. The span covers both and the gap between them; the sum only the kernels."""
+    reduction, launched so that the reduction's start overlaps the GEMM's tail (measured:
+    the sum of durations exceeds the span by ~0.1 us). The span is the call's time; ncu,
+    which serialises the two and flushes the caches before each (the reduction then reads
+    its partial sums from DRAM), reads more; the events hold the one launch constant."""
     shape = "1x4096x4096"
     row, samples = bench("hgemm", "01_simt", shape)
     assert row["timing_method"] == "cupti", row["timing_note"]
@@ -222,12 +237,12 @@ def test_a_two_kernel_baseline_has_its_span_and_its_sum(bench):
           counts)  # fmt: skip
     assert kernels >= 2, "cuBLAS no longer splits K here: pick another multi-kernel call"
     assert int(row["baseline_kernels_per_call"]) == kernels
-    assert total <= span * 1.001  # the kernels run one after the other
-    assert abs(total / ref - 1) <= 0.05, (total, ref)
-    assert span - total <= 0.004, (span, total)  # a gap of a few us at most
+    assert abs(total - span) <= 0.002, (span, total)  # overlap or gap: a few us at most
+    assert 0.0015 <= events - span <= 0.0045, (events, span)  # one launch constant
+    assert 0 <= ref - span <= 0.05 * ref + 0.0015 * kernels, (span, ref)
     b = samples[samples["function"] == "baseline"]
     assert (b["kernels"] == kernels).all()
-    assert (b["kernel_sum_ms"] <= b["kernel_span_ms"] * 1.001).all()
+    assert (b["kernel_span_ms"] == b["ms"]).all()
 
 
 def test_without_cupti_the_rows_say_events_and_why(bench):
