@@ -8,7 +8,10 @@
 # kept as a wheel, except the distributions named in HOST_PACKAGES (a file written on the
 # host by tools/offline/host-packages.sh): those stay the host's own builds. Compiled wheels
 # are fetched for the host's interpreter: TARGET_PY (default: the python of HOST_PACKAGES,
-# else 3.12), x86_64 manylinux. OUT_DIR gets MANIFEST.txt (sha256 of every wheel).
+# else 3.12), x86_64 manylinux. The wheels of tools/offline/requirements-gpu-host.txt
+# (cupti-python) are fetched alone, without their dependencies, which are the host's CUDA
+# stack (GPU_HOST_REQUIREMENTS names another file, or none with an empty value). OUT_DIR
+# gets MANIFEST.txt (sha256 of every wheel).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: tools/offline/wheelhouse.sh OUT_DIR [REQUIREMENT ...]}
@@ -54,6 +57,17 @@ for whl in "$work"/*.whl; do
   esac
   kept=$((kept + 1))
 done
+# 2b. wheels whose dependencies are the host's own CUDA stack: fetched alone
+gpu_reqs=${GPU_HOST_REQUIREMENTS-$here/requirements-gpu-host.txt}
+if [ -n "$gpu_reqs" ]; then
+  while read -r req; do
+    python3 -m pip download -q --no-deps --only-binary=:all: --dest "$out" \
+      --python-version "$py" --implementation cp --abi "$abi" \
+      --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+      --platform manylinux2014_x86_64 "$req"
+    kept=$((kept + 1))
+  done < <(sed -e 's/#.*//' -e 's/[[:space:]]*$//' "$gpu_reqs" | grep .)
+fi
 # 3. every compiled wheel must match the host's interpreter
 wrong=$(ls "$out" | grep -E -- '-cp3[0-9]+-cp3[0-9]+' | grep -v -- "-$abi-$abi-" || true)
 if [ -n "$wrong" ]; then

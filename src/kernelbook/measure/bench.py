@@ -70,6 +70,11 @@ def _triton_text() -> str:
         return ""
 
 
+def _cupti_text(timer) -> str:
+    """cupti-python's version, where it timed the rows."""
+    return f", cupti-python {timer.clock.version}" if timer.clock is not None else ""
+
+
 class Bench:
     """The device-side state shared by all sizes of one job."""
 
@@ -92,11 +97,18 @@ class Bench:
             "seed": int(project.settings["seed"]),
             "arch": project.settings["arch"],
             "cache": study.timing["cache"],
-            "timing_method": study.timing["method"],
+            # the planned instrument; a timed row has its measurement's own (a fallback)
+            "timing_method": self.timer.instrument,
+            "timing_note": self.timer.note,
+            "graph_launches": (
+                int(study.timing.get("graph_launches", 20))
+                if study.timing["method"] == "graph"
+                else None
+            ),
             "flush_bytes": self.timer.flush_bytes,
             "blocking_kernel": self.timer.blocking,
             "software": f"python {platform.python_version()}, cupy {cp.__version__}, "
-            f"torch {torch.__version__}" + _triton_text(),
+            f"torch {torch.__version__}" + _triton_text() + _cupti_text(self.timer),
             **gpu.host_provenance(project.root),
         }
         self.sampler = gpu.Sampler(slot_uuid)
@@ -297,6 +309,9 @@ def _sample_rows(b: Bench, variant, label: str, stats) -> list[dict]:
     rows = []
     for fn, st in stats.items():
         clocks = b.sampler.sm_clock_at(st.times)
+        n = len(st.samples)
+        sums = st.kernel_sums or (None,) * n
+        counts = st.kernel_counts or (None,) * n
         rows += [
             {
                 "study": b.study.name,
@@ -305,10 +320,17 @@ def _sample_rows(b: Bench, variant, label: str, stats) -> list[dict]:
                 "function": fn,
                 "sample": i,
                 "ms": ms,
+                "timing_method": st.method,
+                "event_ms": ev,
+                "kernel_span_ms": ms if st.method == "cupti" else None,
+                "kernel_sum_ms": ks,
+                "kernels": None if kc is None else int(round(kc)),
                 "sm_clock_mhz": clk,
                 "gpu_uuid": b.provenance["gpu_uuid"],
             }
-            for i, (ms, clk) in enumerate(zip(st.samples, clocks, strict=True))
+            for i, (ms, ev, ks, kc, clk) in enumerate(
+                zip(st.samples, st.events, sums, counts, clocks, strict=True)
+            )
         ]
     return rows
 
@@ -346,6 +368,14 @@ def _time_size(b: Bench, kernel, variant, s, checked, blank, samples=None) -> di
     v, bl = stats["variant"], stats["baseline"]
     row = blank(s, "ok", None)
     row.update(
+        timing_method=v.method,
+        timing_note=v.note,
+        event_median_ms=v.event_median,
+        kernel_sum_median_ms=v.kernel_sum_median,
+        kernels_per_call=v.kernels_per_call,
+        baseline_event_median_ms=bl.event_median,
+        baseline_kernel_sum_median_ms=bl.kernel_sum_median,
+        baseline_kernels_per_call=bl.kernels_per_call,
         median_ms=v.median,
         q1_ms=v.q1,
         q3_ms=v.q3,
@@ -388,6 +418,8 @@ def _time_size(b: Bench, kernel, variant, s, checked, blank, samples=None) -> di
                 n: {
                     "mode": e.mode,
                     "median_ms": stats["baseline:" + n].median,
+                    "event_median_ms": stats["baseline:" + n].event_median,
+                    "kernels_per_call": stats["baseline:" + n].kernels_per_call,
                     "tflops": flop / (stats["baseline:" + n].median * 1e-3) / 1e12,
                     "gbps": nbytes / (stats["baseline:" + n].median * 1e-3) / 1e9,
                     "rel_err": e.rel_err,
@@ -404,9 +436,12 @@ def _time_size(b: Bench, kernel, variant, s, checked, blank, samples=None) -> di
         )
     flag = " THROTTLED " + env["throttle_reasons"] if env["throttled"] else ""
     b.log(
-        f"{where}: {v.median:.4f} ms ({row['tflops']:.2f} TFLOP/s, n={v.n}, {v.stop_reason}), "
-        f"{study.baseline} {bl.median:.4f} ms -> {row['pct_of_baseline']:.1f} %"
+        f"{where}: {v.median:.4f} ms {v.method} (events {v.event_median:.4f}; "
+        f"{row['tflops']:.2f} TFLOP/s, n={v.n}, {v.stop_reason}), "
+        f"{study.baseline} {bl.median:.4f} ms (events {bl.event_median:.4f}, "
+        f"{bl.kernels_per_call or '-'} kernels) -> {row['pct_of_baseline']:.1f} %"
         + "".join(f", {n} {stats['baseline:' + n].median:.4f} ms" for n in extras)
         + flag
+        + (f" [{v.note}]" if v.note else "")
     )
     return row

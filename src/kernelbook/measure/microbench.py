@@ -69,11 +69,12 @@ def measure(timer, sms: int, l2_bytes: int, seed: int) -> dict[str, tuple[float,
     def l2():
         l2k((grid,), (block,), (buf, np.int64(n_bytes // 16), np.int32(L2_PASSES), sink))
 
-    t = timer.measure({"l2": l2}, "L2 read bandwidth")["l2"].median
+    st = timer.measure({"l2": l2}, "L2 read bandwidth")["l2"]
+    t = st.median
     out["l2_gbps"] = (
         L2_PASSES * n_bytes / (t * 1e-3) / 1e9,
         f"l2_read: ld.global.cg 16-byte loads, {L2_PASSES} passes over {n_bytes} B "
-        "(a quarter of L2), grid 8 x SMs x 512 threads",
+        f"(a quarter of L2), grid 8 x SMs x 512 threads, {st.method} median",
     )
     del buf
 
@@ -83,10 +84,11 @@ def measure(timer, sms: int, l2_bytes: int, seed: int) -> dict[str, tuple[float,
     def l1():
         l1k((blocks,), (256,), (buf, np.int32(L1_SLICE_BYTES // 16), np.int32(L1_PASSES), sink))
 
-    t = timer.measure({"l1": l1}, "L1 read bandwidth")["l1"].median
+    st = timer.measure({"l1": l1}, "L1 read bandwidth")["l1"]
+    t = st.median
     out["l1_gbps"] = (
         L1_PASSES * blocks * L1_SLICE_BYTES / (t * 1e-3) / 1e9,
         f"l1_read: ld.global.ca 16-byte loads, each of 4 x SMs blocks re-reads its own "
-        f"{L1_SLICE_BYTES} B slice {L1_PASSES} times",
+        f"{L1_SLICE_BYTES} B slice {L1_PASSES} times, {st.method} median",
     )
     return out

@@ -15,6 +15,12 @@ each sample: every line a previous launch left (dirty ones are written back duri
 flush, outside the timed region) is evicted, and L2 is left holding clean lines of the
 flush buffer, as after an invalidation. ``warm`` does not flush.
 
+What a sample is: where CUPTI attaches (kernelbook.measure.cupti), the GPU's own record of
+the kernels launched inside the timed call, from the first one's start to the last one's end
+(the sum of their durations is kept beside it); the events around the call are kept on every
+sample as the second instrument. Where CUPTI cannot attach, the events are the sample, and
+every row says which instrument made it (``Stats.method``, ``Stats.note``).
+
 The functions of a measurement (variant, baseline, copy) are sampled alternately, so all
 see the same clocks and temperature, and "% of baseline" is a ratio measured side by side.
 The blocking kernel gives up after ``block_timeout_s``; a sample whose queueing took longer
@@ -32,7 +38,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kernelbook.measure import stopping
+from kernelbook.measure import cupti, stopping
 from kernelbook.measure.stopping import rse_of_median
 
 __all__ = ["Hang", "DeviceFault", "TimingError", "Stats", "Timer", "rse_of_median"]
@@ -57,6 +63,11 @@ class TimingError(RuntimeError):
     """A function cannot be timed honestly (it synchronises with the host)."""
 
 
+class _NoKernels(RuntimeError):
+    """CUPTI attached but recorded no GPU work for a timed call: the measurement is made
+    again with events (the message becomes the rows' timing_note)."""
+
+
 @dataclass(frozen=True)
 class Stats:
     n: int
@@ -72,13 +83,44 @@ class Stats:
     stop_reason: str = ""
     samples: tuple[float, ...] = field(default=(), repr=False)  # ms, in sampling order
     times: tuple[float, ...] = field(default=(), repr=False)  # host monotonic s at each end
+    method: str = cupti.EVENTS  # the instrument of ``samples``: cupti or events
+    note: str | None = None  # why CUPTI did not make ``samples``, where it did not
+    # the events around each sample (ms), on every sample, whatever the instrument
+    events: tuple[float, ...] = field(default=(), repr=False)
+    # CUPTI: each sample's sum of kernel durations (ms) and its number of kernels
+    kernel_sums: tuple[float, ...] = field(default=(), repr=False)
+    kernel_counts: tuple[float, ...] = field(default=(), repr=False)
 
     @property
     def rel_std(self) -> float:
         return self.std / self.mean if self.mean else math.nan
 
+    @property
+    def event_median(self) -> float:
+        return float(np.median(self.events)) if self.events else math.nan
+
+    @property
+    def kernel_sum_median(self) -> float | None:
+        return float(np.median(self.kernel_sums)) if self.kernel_sums else None
+
+    @property
+    def kernels_per_call(self) -> int | None:
+        return int(round(float(np.median(self.kernel_counts)))) if self.kernel_counts else None
+
     @classmethod
-    def of(cls, samples, converged: bool, stop_reason: str = "", times=()) -> Stats:
+    def of(
+        cls,
+        samples,
+        converged: bool,
+        stop_reason: str = "",
+        times=(),
+        *,
+        method: str = cupti.EVENTS,
+        note: str | None = None,
+        events=None,
+        kernel_sums=(),
+        kernel_counts=(),
+    ) -> Stats:
         a = np.asarray(samples, dtype=np.float64)
         q1, med, q3 = np.percentile(a, [25, 50, 75])
         return cls(
@@ -95,6 +137,11 @@ class Stats:
             stop_reason=stop_reason,
             samples=tuple(float(x) for x in a),
             times=tuple(float(t) for t in times),
+            method=method,
+            note=note,
+            events=tuple(float(x) for x in (a if events is None else events)),
+            kernel_sums=tuple(float(x) for x in kernel_sums),
+            kernel_counts=tuple(float(x) for x in kernel_counts),
         )
 
 
@@ -182,9 +229,14 @@ def error_name(status: int) -> str:
 
 
 class Timer:
-    """Times launch functions on one stream according to a timing policy (config)."""
+    """Times launch functions on one stream according to a timing policy (config).
 
-    def __init__(self, policy: dict, l2_bytes: int, cupy_stream, torch_stream=None):
+    ``kernel_clock=False`` times with events only (the device table's launch overhead,
+    which is the GPU's work around a launch, the very thing kernel time leaves out)."""
+
+    def __init__(
+        self, policy: dict, l2_bytes: int, cupy_stream, torch_stream=None, kernel_clock=True
+    ):
         import cupy as cp
 
         self.cp = cp
@@ -208,7 +260,13 @@ class Timer:
         sms = int(cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["multiProcessorCount"])
         self._flush_grid = (sms * 4,)
         self._start, self._end = cp.cuda.Event(), cp.cuda.Event()
-        self.dropped = 0  # samples dropped because the host outlasted the blocking kernel
+        self.dropped = 0  # samples dropped: the host outlasted the blocking kernel, or
+        # CUPTI recorded no kernel for the sample
+        method = policy.get("method", cupti.EVENTS)
+        self.clock = cupti.clock() if kernel_clock and method != cupti.HOST else None
+        # the planned instrument, and why not CUPTI (a measurement may still fall back)
+        self.instrument = cupti.instrument(method, self.clock is not None)
+        self.note = cupti.reason() if kernel_clock and self.clock is None else None
 
     def close(self):
         """Free the host flags once the stream is idle. After a crash the context is dead:
@@ -252,10 +310,14 @@ class Timer:
                 pause = min(0.002, pause + 0.00005)
                 time.sleep(pause)
 
-    def _sample(self, fn: Callable[[], None], what: str, flush: bool) -> float | None:
+    def _sample(
+        self, fn: Callable[[], None], what: str, flush: bool, tagged: bool = False
+    ) -> tuple[float, cupti.KernelTime | None] | None:
         """One timed launch of ``fn`` (with the flush before it), queued behind the blocking
-        kernel; None when the host took longer than the blocking kernel waits."""
+        kernel: (event ms, the GPU work CUPTI recorded for it, when ``tagged``); None when
+        the host took longer than the blocking kernel waits."""
         flags = self._flags
+        tag = self.clock.next_tag() if tagged else None
         if flags is not None:
             flags.arm()
             with self.stream:
@@ -263,21 +325,29 @@ class Timer:
         if flush:
             self.flush()
         self._start.record(self.stream)
-        fn()
+        if tag is not None:  # only what fn launches carries the tag: not flush, not hold
+            self.clock.push(tag)
+            try:
+                fn()
+            finally:
+                self.clock.pop()
+        else:
+            fn()
         self._end.record(self.stream)
         if flags is not None:
             flags.release.value = 1
         self.wait(self._end, what)
+        kernels = self.clock.collect().get(tag) if tag is not None else None
         if flags is not None and flags.timed_out.value:
             self.dropped += 1
             return None
-        return self.cp.cuda.get_elapsed_time(self._start, self._end)
+        return self.cp.cuda.get_elapsed_time(self._start, self._end), kernels
 
     def run_once(self, fn: Callable[[], None], what: str) -> float:
         """Launch once (no flush), wait (with the hang and fault checks), return the
         event-timed milliseconds."""
         t = self._sample(fn, what, flush=False)
-        return t if t is not None else math.nan
+        return t[0] if t is not None else math.nan
 
     def _graph(self, fn, what):
         import torch
@@ -296,7 +366,17 @@ class Timer:
         self.wait(ev, what)
 
     def measure(self, fns: dict[str, Callable[[], None]], what: str) -> dict[str, Stats]:
-        """Sample every function alternately until the stopping rule says stop."""
+        """Sample every function alternately until the stopping rule says stop: on CUPTI
+        kernel time where CUPTI attached, else (and, whole, where CUPTI records no kernel
+        for a function) on the events, with the reason in every Stats' note."""
+        if self.clock is None:
+            return self._measure(fns, what, False, self.note)
+        try:
+            return self._measure(fns, what, True, None)
+        except _NoKernels as e:
+            return self._measure(fns, what, False, str(e))
+
+    def _measure(self, fns, what: str, tagged: bool, note: str | None) -> dict[str, Stats]:
         p = self.policy
         per_launch = dict.fromkeys(fns, 1)
         runners = dict(fns)
@@ -304,17 +384,30 @@ class Timer:
             for name, fn in fns.items():
                 runners[name], per_launch[name] = self._graph(fn, f"{what} [{name}]")
         for name, fn in runners.items():
-            for _ in range(int(p["warmup"])):
-                fn()
+            tag = self.clock.next_tag() if tagged else None
+            if tag is not None:
+                self.clock.push(tag)
+            try:
+                for _ in range(int(p["warmup"])):
+                    fn()
+            finally:
+                if tag is not None:
+                    self.clock.pop()
             self.wait_stream(f"{what} [{name}] warm-up")
+            if tag is not None and tag not in self.clock.collect():
+                raise _NoKernels(f"CUPTI recorded no GPU work for {what} [{name}]: events time it")
         samples: dict[str, list[float]] = {name: [] for name in fns}
         times: dict[str, list[float]] = {name: [] for name in fns}
+        events: dict[str, list[float]] = {name: [] for name in fns}
+        sums: dict[str, list[float]] = {name: [] for name in fns}
+        counts: dict[str, list[float]] = {name: [] for name in fns}
+        lost = dict.fromkeys(fns, 0)  # samples CUPTI recorded no kernel for
         start = time.monotonic()
         misses = 0
         while True:
             for name, fn in runners.items():
-                t = self._sample(fn, f"{what} [{name}]", flush=self.cold)
-                if t is None:
+                got = self._sample(fn, f"{what} [{name}]", flush=self.cold, tagged=tagged)
+                if got is None:
                     misses += 1
                     if misses > 5 and misses > len(samples[name]):
                         raise TimingError(
@@ -324,12 +417,40 @@ class Timer:
                             "timed behind the blocking kernel"
                         )
                     continue
-                samples[name].append(t / per_launch[name])
+                ev, kernels = got
+                k = per_launch[name]
+                if tagged:
+                    if kernels is None:
+                        self.dropped += 1
+                        lost[name] += 1
+                        if lost[name] > 5 and lost[name] > len(samples[name]):
+                            raise _NoKernels(
+                                f"CUPTI recorded no kernel for {lost[name]} samples of "
+                                f"{what} [{name}]: events time it"
+                            )
+                        continue
+                    samples[name].append(kernels.span_ms / k)
+                    sums[name].append(kernels.sum_ms / k)
+                    counts[name].append(kernels.count / k)
+                else:
+                    samples[name].append(ev / k)
+                events[name].append(ev / k)
                 times[name].append(time.monotonic())
             verdict = stopping.decide(self.rule, samples, time.monotonic() - start)
             if verdict.stop:
                 break
+        method = cupti.CUPTI if tagged else cupti.EVENTS
         return {
-            name: Stats.of(s, verdict.converged, verdict.reason, times[name])
+            name: Stats.of(
+                s,
+                verdict.converged,
+                verdict.reason,
+                times[name],
+                method=method,
+                note=note,
+                events=events[name],
+                kernel_sums=sums[name],
+                kernel_counts=counts[name],
+            )
             for name, s in samples.items()
         }
