@@ -303,7 +303,7 @@ def test_a_faults_study_costs_seconds_and_names_every_fault(tmp_path):
         "faults/90_wrong 256x256x256 [bench] wrong:",
         "faults/92_oob",
         "faults/95_hang 256x256x256 [bench] hang:",
-        "faults/96_syntax 256x256x256 [bench] compile: nvcc failed on kernels/controls/96_syntax.cu",
+        "faults/96_syntax 256x256x256 [bench] compile: nvcc failed on kernels/controls/96_syn",
     ):
         assert named in tail, tail
     san = pd.read_parquet(base / "sanitizer.parquet")

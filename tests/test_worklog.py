@@ -1062,3 +1062,28 @@ def test_a_failing_cell_is_named_without_jupyter(tmp_path):
         notebook.run_in_process(path, SimpleNamespace(), tmp_path / "out.ipynb")
     done = json.loads((tmp_path / "out.ipynb").read_text())
     assert done["cells"][0]["outputs"][0]["text"] == "one\n"
+
+
+def test_the_page_says_where_the_two_instruments_differ():
+    from kernelbook.report import quality, sections
+
+    m = pd.DataFrame(
+        [
+            # 128^3: the events add ~2.3 us to a 7.4 us kernel (measured on the H200)
+            {"variant": "03_smem", "size": "128x128x128", "status": "ok", "timing_method": "cupti",
+             "median_ms": 0.00736, "event_median_ms": 0.00966, "timing_note": None},
+            {"variant": "03_smem", "size": "4096x4096x4096", "status": "ok",
+             "timing_method": "cupti", "median_ms": 3.963, "event_median_ms": 3.965,
+             "timing_note": None},
+            {"variant": "04_x", "size": "128x128x128", "status": "ok", "timing_method": "events",
+             "median_ms": 0.01, "event_median_ms": 0.01,
+             "timing_note": "CUPTI could not attach (insufficient privileges)"},
+        ]
+    )  # fmt: skip
+    notes = sections.instrument_notes(m)
+    assert len(notes) == 2, notes
+    assert notes[0].startswith("**03_smem** at 128x128x128: CUDA events read 9.66 µs against")
+    assert "(+31 %)" in notes[0]
+    assert "1 row(s) timed with CUDA events, not kernel time: CUPTI could not attach" in notes[1]
+    said = quality.timer_description(m)
+    assert said.startswith("kernel time from CUPTI") and "CUDA events" in said

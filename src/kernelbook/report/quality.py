@@ -51,9 +51,27 @@ def stop_reasons(meas: pd.DataFrame) -> str:
 
 
 def timer_description(meas: pd.DataFrame) -> str:
-    if "blocking_kernel" in meas and meas["blocking_kernel"].fillna(False).astype(bool).any():
-        return "CUDA events, each sample queued behind a blocking kernel (no host time in it)"
-    return "CUDA events, launched by the host after the flush (before the blocking-kernel timer)"
+    """What the rows' headline times are, by instrument (timing_method)."""
+    methods = set(meas["timing_method"].dropna()) if "timing_method" in meas else set()
+    said = []
+    if "cupti" in methods:
+        said.append(
+            "kernel time from CUPTI activity records (each call's first kernel start to its "
+            "last kernel end), the blocking-kernel CUDA events beside it (event_median_ms)"
+        )
+    if "host" in methods:
+        said.append("host wall time per call over back-to-back calls, one sync at the end")
+    if methods - {"cupti", "host"} or not said:
+        if "blocking_kernel" in meas and meas["blocking_kernel"].fillna(False).astype(bool).any():
+            said.append(
+                "CUDA events, each sample queued behind a blocking kernel (no host time in it)"
+            )
+        else:
+            said.append(
+                "CUDA events, launched by the host after the flush (before the blocking-kernel "
+                "timer)"
+            )
+    return "; ".join(said)
 
 
 def sample_rows(meas: pd.DataFrame, samples: pd.DataFrame, size: str) -> pd.DataFrame:

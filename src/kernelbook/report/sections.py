@@ -179,6 +179,34 @@ def regenerate_commands(data: StudyData, worklogs: str = "worklogs") -> str:
     return "\n".join(lines)
 
 
+# Kernel time and the blocking-kernel events apart by more than this: the page says so.
+INSTRUMENTS_APART = 0.05
+
+
+def instrument_notes(m) -> list[str]:
+    """Where a row's two instruments differ by more than INSTRUMENTS_APART, one line saying
+    both (kernel time is the headline; the events add the GPU's work around a launch); and
+    the rows that fell back to events, with why."""
+    out = []
+    if "event_median_ms" not in m:
+        return out
+    ok = m[(m["status"] == "ok") & (m["timing_method"] == "cupti")]
+    for _, r in ok.iterrows():
+        ev, kt = r.get("event_median_ms"), r.get("median_ms")
+        if isnull(ev) or isnull(kt) or not kt or abs(ev / kt - 1) <= INSTRUMENTS_APART:
+            continue
+        out.append(
+            f"**{r['variant']}** at {r['size']}: CUDA events read {fmt(ev * 1e3)} µs against "
+            f"{fmt(kt * 1e3)} µs of kernel time ({(ev / kt - 1) * 100:+.0f} %): the GPU's own "
+            "work around the launch, which the events count and the kernel does not."
+        )
+    if "timing_note" in m:
+        fell = m[(m["timing_method"] == "events") & m["timing_note"].map(lambda x: not isnull(x))]
+        for note, g in fell.groupby("timing_note", sort=False):
+            out.append(f"{len(g)} row(s) timed with CUDA events, not kernel time: {esc(note)}.")
+    return out
+
+
 def attention(data: StudyData, stale: list[dict] | None = None) -> list[str]:
     """Everything a reader must not miss: each is one Markdown bullet."""
     out = []
@@ -222,6 +250,7 @@ def attention(data: StudyData, stale: list[dict] | None = None) -> list[str]:
             f"({esc(r['throttle_reasons']) or 'reason not recorded'}, SM clock min "
             f"{fmt(r['sm_clock_min_mhz'])} MHz)."
         )
+    out += instrument_notes(m)
     unconv = m[(m["status"] == "ok") & m["converged"].map(lambda x: not isnull(x) and not x)]
     if len(unconv):
         items = ", ".join(f"{r['variant']} at {r['size']}" for _, r in unconv.head(12).iterrows())
