@@ -29,9 +29,9 @@ from conftest import copy_env, copy_repo, planned_jobs, run_in, snakemake
 from slurm_local import LocalSlurm, SlurmError, install, missing_tools
 from test_worklog import GPU, STUDY, make_repo, publish_fixture
 
-from kernelbook import build as kb_build
 from kernelbook import gpu as kb_gpu
 from kernelbook import tables
+from kernelbook.build import nvcc as kb_build
 from kernelbook.report import publish as kb_publish
 
 
