@@ -455,6 +455,43 @@ def test_cli_list(repo_copy):
     assert "sgemm_naive" in proc.stdout
 
 
+def test_cli_list_takes_any_study_file(repo_copy):
+    """hgemm is not in config.yaml's studies: list reads its file all the same."""
+    proc = kernelbook_cli(repo_copy, "list", "hgemm")
+    assert proc.returncode == 0, output(proc)
+    assert proc.stdout.startswith("hgemm: hgemm bfloat16, baseline cublas")
+
+
+def test_an_installed_package_runs_from_outside_the_checkout(tmp_path):
+    """pip install . (not editable): the schemas ship in the package, and nothing is looked
+    up beside it in a source tree; list and check run against the checkout's config."""
+    site = tmp_path / "site"
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+         "--target", str(site), str(REPO)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert build.returncode == 0, build.stderr
+    assert (site / "kernelbook" / "schemas" / "study.schema.yaml").is_file()
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    env.pop("SNAKEMAKE_PROFILE", None)
+    away = tmp_path / "elsewhere"
+    away.mkdir()
+    config = str(REPO / "config" / "config.yaml")
+    for args in (["list", "sgemm"], ["check"]):
+        proc = subprocess.run(
+            [sys.executable, "-m", "kernelbook", "--configfile", config, *args],
+            cwd=away, env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert proc.returncode in (0, 1), proc.stderr  # check exits 1 on a stale study
+        assert "Traceback" not in proc.stderr, proc.stderr
+    listed = subprocess.run(
+        [sys.executable, "-c", "import kernelbook; print(kernelbook.__file__)"],
+        cwd=away, env=env, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    assert listed.startswith(str(site)), listed
+
+
 def test_cli_compile(repo_copy, tmp_path):
     out = tmp_path / "out"
     proc = kernelbook_cli(

@@ -1,11 +1,14 @@
 """kernelbook's command line: the rules call it, and it is the quick loop outside the DAG.
 
-kernelbook list [STUDY]                      studies, variants, sizes
-kernelbook compile STUDY VARIANT ...         nvcc + resource report + SASS histogram
-kernelbook bench STUDY VARIANT [--size S]    check, then time beside the baseline
-kernelbook device --out FILE                 NVML facts and measured ceilings
-kernelbook gather TABLE OUT IN...            concatenate per-job tables
-kernelbook select STUDY VARIANT --out F IN.. autotuning reduce
+The quick loop:
+  kernelbook list [STUDY]                    studies (any file in the study folder), variants
+  kernelbook compile STUDY VARIANT ...       nvcc or Triton: resources and SASS histogram
+  kernelbook bench STUDY VARIANT [--size S]  check, then time beside the baselines
+  kernelbook launch STUDY VARIANT --size S   one launch (what ncu and compute-sanitizer run)
+Published worklogs:
+  kernelbook check | publish | render | index | before-after
+The rules' jobs: profile, sanitize, roofline, device, gather, select, stages, meta, gate,
+sanitize-gate (each is one function of the library).
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ def cmd_list(args) -> int:
     project = _project(args)
     names = [args.study] if args.study else list(project.studies)
     for name in names:
-        s = project.study(name)
+        s = _load_study(args, project, name)  # in the run's studies or not
         p = problems.get(s.problem)
         print(
             f"{name}: {s.problem} {s.dtype}, baseline {s.baseline}, {len(s.sizes)} sizes: "
@@ -441,6 +444,9 @@ def main(argv=None) -> int:
     args = parser().parse_args(argv)
     try:
         return args.fn(args)
+    except BrokenPipeError:  # the reader left (`kernelbook list | head`): nothing went wrong
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (Hang, Crash, DeviceFault) as e:
         # The device is unusable (a kernel still running, or a dead context): say why and
         # leave without the clean-up that would wait on it.

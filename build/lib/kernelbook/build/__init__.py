@@ -1,0 +1,1 @@
+"""nvcc and Triton to a cubin and its build row (registers, shared memory, spills, SASS); no GPU."""

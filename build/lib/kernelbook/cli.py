@@ -1,0 +1,470 @@
+"""kernelbook's command line: the rules call it, and it is the quick loop outside the DAG.
+
+The quick loop:
+  kernelbook list [STUDY]                    studies (any file in the study folder), variants
+  kernelbook compile STUDY VARIANT ...       nvcc or Triton: resources and SASS histogram
+  kernelbook bench STUDY VARIANT [--size S]  check, then time beside the baselines
+  kernelbook launch STUDY VARIANT --size S   one launch (what ncu and compute-sanitizer run)
+Published worklogs:
+  kernelbook check | publish | render | index | before-after
+The rules' jobs: profile, sanitize, roofline, device, gather, select, stages, meta, gate,
+sanitize-gate (each is one function of the library).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from kernelbook import config as cfg
+from kernelbook import problems
+
+
+def _project(args) -> cfg.Project:
+    overrides = json.loads(args.settings) if args.settings else None
+    return cfg.load_project_file(args.configfile, overrides=overrides)
+
+
+def _load_study(args, project, name: str):
+    """A study of the project, or one not in its `studies` list, from the study folder."""
+    if name not in project.studies:
+        path = Path(args.configfile).resolve().parent.parent / project.settings["study_dir"]
+        project.studies[name] = cfg.load_study(
+            path / f"{name}.yaml", project.settings, project.root
+        )
+    return project.study(name)
+
+
+def _study_variant(args):
+    project = _project(args)
+    study = _load_study(args, project, args.study)
+    return project, study, study.variant(args.variant)
+
+
+def _eprint(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------------------------------
+def cmd_list(args) -> int:
+    project = _project(args)
+    names = [args.study] if args.study else list(project.studies)
+    for name in names:
+        s = _load_study(args, project, name)  # in the run's studies or not
+        p = problems.get(s.problem)
+        print(
+            f"{name}: {s.problem} {s.dtype}, baseline {s.baseline}, {len(s.sizes)} sizes: "
+            + ", ".join(p.label(z) for z in s.sizes)
+        )
+        for v in s.variants:
+            extra = f"  [{len(v.candidates)} candidates]" if v.is_tuned else ""
+            print(f"  {v.id:28s} {v.entry:28s} {v.says}{extra}")
+    return 0
+
+
+def _sizes(args) -> list[str] | None:
+    return list(args.size) if args.size else None
+
+
+def cmd_compile(args) -> int:
+    from kernelbook.build.job import compile_job
+
+    project, study, variant = _study_variant(args)
+    return compile_job(
+        project, study, variant, Path(args.cubin), args.build, args.sass, args.record_failure
+    )
+
+
+def cmd_bench(args) -> int:
+    from kernelbook.measure.job import bench_job
+
+    project, study, variant = _study_variant(args)
+    return bench_job(
+        project, study, variant, _sizes(args), cubin=args.cubin, build_table=args.build_table,
+        out=args.out, samples_out=args.samples_out, tuned_table=args.tuned_table,
+        build_dir=args.build_dir, record_failure=args.record_failure,
+    )  # fmt: skip
+
+
+def cmd_launch(args) -> int:
+    """Launch one variant at one size a few times: the target of ncu and compute-sanitizer."""
+    from kernelbook.launch.process import launch_variant
+
+    project, study, variant = _study_variant(args)
+    return launch_variant(
+        project, study, variant, args.size, args.cubin, args.repeat, args.check, args.exact
+    )
+
+
+def cmd_profile(args) -> int:
+    from kernelbook.profile.job import profile_job
+
+    project, study, variant = _study_variant(args)
+    return profile_job(
+        project, study, variant, args.out, args.reports, args.build_dir,
+        cubin=args.cubin, tuned_table=args.tuned_table, bench_table=args.bench_table,
+    )  # fmt: skip
+
+
+def cmd_sanitize(args) -> int:
+    from kernelbook.profile.job import sanitize_job
+
+    project, study, variant = _study_variant(args)
+    return sanitize_job(
+        project, study, variant, args.out, args.build_dir,
+        cubin=args.cubin, tuned_table=args.tuned_table, bench_table=args.bench_table,
+    )  # fmt: skip
+
+
+def cmd_roofline(args) -> int:
+    from kernelbook.profile.job import roofline_job
+
+    study = _project(args).study(args.study)
+    return roofline_job(study, args.profile, args.out, args.measurements, args.device)
+
+
+def cmd_sanitize_gate(args) -> int:
+    from kernelbook.profile.job import sanitize_gate
+
+    project = _project(args)
+    return sanitize_gate(_load_study(args, project, args.study), args.table, args.out)
+
+
+def cmd_gate(args) -> int:
+    """The bench gate (or, without a GPU, the build gate) of one study."""
+    from kernelbook import gate
+
+    project = _project(args)
+    study = _load_study(args, project, args.study)
+    return gate.gate_job(study, args.out, args.build, args.measurements, args.profile)
+
+
+def cmd_check(args) -> int:
+    from kernelbook.report import stale
+
+    return stale.check(_project(args), args.worklogs)
+
+
+def cmd_device(args) -> int:
+    from kernelbook import gpu
+    from kernelbook.measure import device
+
+    project = _project(args)
+    slot = gpu.acquire_slot()
+    device.write_device_table(project, Path(args.out), slot.uuid)
+    return 0
+
+
+def cmd_gather(args) -> int:
+    from kernelbook import tables, tune
+    from kernelbook.report import prediction
+
+    # measurements: a tuned variant's confirmed rows replace its selection rows
+    steps = [tune.confirmed] if args.table == "measurements" else []
+    if args.device or args.meta:
+        if not (args.device and args.meta) or args.table != "measurements":
+            raise SystemExit("kernelbook gather: --device and --meta go together, on measurements")
+        meta = json.loads(Path(args.meta).read_text())
+        device = tables.read(args.device)
+        steps.append(lambda df: prediction.annotate(df, device, meta))
+
+    def post(df):
+        for step in steps:
+            df = step(df)
+        return df
+
+    try:
+        tables.gather(args.inputs, args.out, args.table, post if steps else None)
+    except prediction.RegimesError as e:
+        raise SystemExit(f"kernelbook gather: {args.device}: {e}") from None
+    return 0
+
+
+def cmd_stages(args) -> int:
+    from kernelbook import tables
+    from kernelbook.report import pipeline_cost
+
+    tables.write(pipeline_cost.table(args.inputs, args.study), args.out, "stages")
+    return 0
+
+
+def cmd_select(args) -> int:
+    import pandas as pd
+
+    from kernelbook import tables, tune
+
+    project, study, variant = _study_variant(args)
+    frames = [tables.read(p) for p in args.inputs]
+    out = tune.select(pd.concat(frames, ignore_index=True), variant.id)
+    tables.write(out, args.out, "measurements", study.size_names)
+    return 0
+
+
+# -- report verbs (kernelbook.report): publish, render, index, meta, before-after ----------
+def cmd_publish(args) -> int:
+    from kernelbook.report import publish
+
+    return publish.publish_pairs(
+        args.results, args.worklogs, args.pairs, args.render, args.configfile, args.why_none
+    )
+
+
+def cmd_render(args) -> int:
+    from kernelbook.report import publish
+
+    return publish.render_pairs(args.worklogs, args.pairs, args.configfile)
+
+
+def cmd_index(args) -> int:
+    from kernelbook.report import index
+
+    print(index.write_index(args.worklogs))
+    return 0
+
+
+def cmd_meta(args) -> int:
+    from kernelbook.report import meta
+
+    return meta.write_study_meta(_project(args), args.study, args.out)
+
+
+def cmd_before_after(args) -> int:
+    from kernelbook.report import quality
+
+    return quality.write_before_after(args.rev, args.folders)
+
+
+# -- end of report verbs ---------------------------------------------------------------------
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="kernelbook", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--configfile", default="config/config.yaml")
+    p.add_argument(
+        "--settings", help="JSON overriding keys of the config file (the DAG passes its own)"
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("list", help="studies, variants and sizes")
+    s.add_argument("study", nargs="?")
+    s.set_defaults(fn=cmd_list)
+
+    s = sub.add_parser("compile", help="compile one variant, report resources and SASS")
+    s.add_argument("study")
+    s.add_argument("variant")
+    s.add_argument("--cubin", required=True)
+    s.add_argument("--build", help="build table row (Parquet)")
+    s.add_argument("--sass", help="SASS opcode histogram (Parquet)")
+    s.add_argument(
+        "--record-failure",
+        action="store_true",
+        help="when nvcc fails: write a failed build row, an empty SASS table and an empty "
+        "cubin, and exit 0 (the pipeline's compile jobs; the bench gate reports it)",
+    )
+    s.set_defaults(fn=cmd_compile)
+
+    s = sub.add_parser("bench", help="check, then time one variant beside its baseline")
+    s.add_argument("study")
+    s.add_argument("variant")
+    s.add_argument(
+        "--size", action="append", help="e.g. 4096, 4096x4096x1000 or M=..,N=..,K=..; repeatable"
+    )
+    s.add_argument("--cubin", help="a compiled cubin (default: compile now)")
+    s.add_argument("--build-table", help="the cubin's build table row, for provenance")
+    s.add_argument(
+        "--tuned-table",
+        help="for an autotuned variant: its tuned table; the winner at the headline tune size "
+        "runs at the study's other sizes",
+    )
+    s.add_argument("--build-dir", help="for an autotuned variant: where its candidates' builds are")
+    s.add_argument("--out", help="measurements table (Parquet)")
+    s.add_argument("--samples-out", help="every timed sample (samples table, Parquet)")
+    s.add_argument(
+        "--record-failure",
+        "--tolerate-failure",
+        dest="record_failure",
+        action="store_true",
+        help="record a failing variant as failed rows (failure kind and message) and exit 0 "
+        "instead of failing (the pipeline's jobs; the bench gate reports them)",
+    )
+    s.set_defaults(fn=cmd_bench)
+
+    s = sub.add_parser("launch", help="launch one variant at one size (for ncu, compute-sanitizer)")
+    s.add_argument("study")
+    s.add_argument("variant")
+    s.add_argument("--size", required=True)
+    s.add_argument("--cubin", help="a compiled cubin (default: compile now)")
+    s.add_argument("--repeat", type=int, default=1)
+    s.add_argument("--exact", action="store_true", help="exact-size allocations, no guard bands")
+    s.add_argument("--check", action="store_true", help="check the first launch's result")
+    s.set_defaults(fn=cmd_launch)
+
+    for name, fn, help_ in (
+        ("profile", cmd_profile, "Nsight Compute metrics of one variant at the profile sizes"),
+        ("sanitize", cmd_sanitize, "compute-sanitizer tools on one variant at a small size"),
+    ):
+        s = sub.add_parser(name, help=help_)
+        s.add_argument("study")
+        s.add_argument("variant")
+        s.add_argument("--out", required=True)
+        s.add_argument(
+            "--build-dir", required=True, help="the study's build folder (results/build/<study>)"
+        )
+        s.add_argument("--cubin", help="default: <build-dir>/<variant>/kernel.cubin")
+        s.add_argument("--tuned-table", help="for an autotuned variant: its tuned table")
+        s.add_argument(
+            "--bench-table",
+            help="the variant's bench table: sizes it failed at are not run again "
+            "(a hang or a failed compile: not sanitized at all)",
+        )
+        if name == "profile":
+            s.add_argument("--reports", required=True, help="folder for the .ncu-rep files")
+        s.set_defaults(fn=fn)
+
+    s = sub.add_parser("roofline", help="derive the roofline table from a study's profile")
+    s.add_argument("study")
+    s.add_argument("--profile", required=True)
+    s.add_argument("--measurements")
+    s.add_argument("--device")
+    s.add_argument("--out", required=True)
+    s.set_defaults(fn=cmd_roofline)
+
+    s = sub.add_parser(
+        "sanitize-gate", help="fail on sanitizer findings the config does not explain"
+    )
+    s.add_argument("study")
+    s.add_argument("table")
+    s.add_argument("--out", required=True)
+    s.set_defaults(fn=cmd_sanitize_gate)
+
+    s = sub.add_parser(
+        "gate", help="fail, with one line per failure, on failures the config does not expect"
+    )
+    s.add_argument("study")
+    s.add_argument("--build", help="the study's build table")
+    s.add_argument("--measurements", help="the study's measurements table (with a GPU)")
+    s.add_argument("--profile", help="the study's profile table (with a GPU)")
+    s.add_argument("--out", required=True)
+    s.set_defaults(fn=cmd_gate)
+
+    s = sub.add_parser("check", help="published worklogs stale against current sources (exit 1)")
+    s.add_argument("--worklogs", default="worklogs")
+    s.set_defaults(fn=cmd_check)
+
+    s = sub.add_parser("device", help="NVML facts and measured ceilings of the GPU")
+    s.add_argument("--out", required=True)
+    s.set_defaults(fn=cmd_device)
+
+    s = sub.add_parser("gather", help="concatenate per-job tables")
+    s.add_argument("table")
+    s.add_argument("out")
+    s.add_argument("inputs", nargs="*")
+    s.add_argument(
+        "--device",
+        help="measurements: add the three-term prediction (kernelbook.report.prediction) from this "
+        "device table",
+    )
+    s.add_argument("--meta", help="with --device: the study.json holding each variant's predict")
+    s.set_defaults(fn=cmd_gather)
+
+    s = sub.add_parser("stages", help="a study's Snakemake benchmark files as one table")
+    s.add_argument("study")
+    s.add_argument("out")
+    s.add_argument("inputs", nargs="*")
+    s.set_defaults(fn=cmd_stages)
+
+    s = sub.add_parser("select", help="autotuning: pick the best candidate per size")
+    s.add_argument("study")
+    s.add_argument("variant")
+    s.add_argument("--out", required=True)
+    s.add_argument("inputs", nargs="+")
+    s.set_defaults(fn=cmd_select)
+
+    # -- report verbs (kernelbook.report) ------------------------------------------------------
+    s = sub.add_parser("publish", help="copy results/<gpu>/<study> into worklogs/, re-index")
+    s.add_argument("--results", default="results")
+    s.add_argument("--worklogs", default="worklogs")
+    s.add_argument("--why-none", default="", help="said when there is nothing to publish")
+    s.add_argument(
+        "--render",
+        action="store_true",
+        help="render the worklog from the results' tables first, without Snakemake (for "
+        "results measured on a GPU host and brought here); the page is the one rule worklog "
+        "makes, the study's own notebook figures included",
+    )
+    s.add_argument("pairs", nargs="*", metavar="GPU/STUDY")
+    s.set_defaults(fn=cmd_publish)
+
+    s = sub.add_parser("render", help="render published pages again from their data/")
+    s.add_argument("--worklogs", default="worklogs")
+    s.add_argument("pairs", nargs="+", metavar="GPU/STUDY")
+    s.set_defaults(fn=cmd_render)
+
+    s = sub.add_parser("index", help="regenerate worklogs/README.md")
+    s.add_argument("--worklogs", default="worklogs")
+    s.set_defaults(fn=cmd_index)
+
+    s = sub.add_parser("meta", help="write study.json: what a worklog needs from the config")
+    s.add_argument("study")
+    s.add_argument("--out", required=True)
+    s.set_defaults(fn=cmd_meta)
+
+    s = sub.add_parser(
+        "before-after", help="a study's published measurements against those at a git revision"
+    )
+    s.add_argument("rev")
+    s.add_argument(
+        "folders",
+        nargs="+",
+        metavar="FOLDER",
+        help="a published study's folder: worklogs/<gpu>/<study>",
+    )
+    s.set_defaults(fn=cmd_before_after)
+    # -- end of report verbs
+    return p
+
+
+def main(argv=None) -> int:
+    from kernelbook.build.nvcc import CompileError
+    from kernelbook.gate import GateFailed
+    from kernelbook.gpu import NoGpu
+    from kernelbook.launch.kernel import Crash, KernelFailure
+    from kernelbook.measure.timing import DeviceFault, Hang, TimingError
+    from kernelbook.problems.base import CheckError
+    from kernelbook.profile.job import SanitizerFindings
+    from kernelbook.profile.ncu import ProfileError
+    from kernelbook.profile.sanitize import SanitizeError
+    from kernelbook.tables import TableError
+
+    args = parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except BrokenPipeError:  # the reader left (`kernelbook list | head`): nothing went wrong
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except (Hang, Crash, DeviceFault) as e:
+        # The device is unusable (a kernel still running, or a dead context): say why and
+        # leave without the clean-up that would wait on it.
+        _eprint(f"kernelbook: error: {e}")
+        sys.stderr.flush()
+        os._exit(1)
+    except (
+        cfg.ConfigError,
+        CompileError,
+        KernelFailure,
+        CheckError,
+        TableError,
+        NoGpu,
+        ProfileError,
+        SanitizeError,
+        SanitizerFindings,
+        GateFailed,
+        TimingError,
+    ) as e:
+        _eprint(f"kernelbook: error: {e}")
+        return 1

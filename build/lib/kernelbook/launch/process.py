@@ -1,0 +1,135 @@
+"""A variant launched as a process of its own (``kernelbook launch``): what ncu and
+compute-sanitizer run, inside an NVTX range, with a limit on each launch."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from kernelbook import gpu, problems
+from kernelbook.build.job import compile_now, row_smem, sibling_build_row
+from kernelbook.config import ConfigError, Project, Study, Variant, tool_limit
+from kernelbook.launch.kernel import kernel_launcher, load_kernel
+
+# The NVTX range every launch runs in: ncu's --nvtx-include selects it (profile.ncu).
+NVTX_RANGE = "kernelbook_variant"
+
+
+def launch_command(project, study, variant, size_label: str, cubin, *extra: str) -> list[str]:
+    """`kernelbook launch` for one variant at one size: what ncu and compute-sanitizer run."""
+    settings = json.dumps({**project.settings, "studies": [study.name]})
+    return [
+        sys.executable,
+        "-m",
+        "kernelbook",
+        "--settings",
+        settings,
+        "launch",
+        study.name,
+        variant.id,
+        "--size",
+        size_label,
+        "--cubin",
+        str(cubin),
+        *extra,
+    ]
+
+
+def nvtx_range():
+    """A context manager pushing an NVTX range (torch's, which needs no other package)."""
+    try:
+        import torch
+
+        return torch.cuda.nvtx.range
+    except Exception:
+        return lambda name: contextlib.nullcontext()
+
+
+def _eprint(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def wait_or_leave(cp, limit: float, where: str) -> None:
+    """Wait for the launch, at most ``limit`` seconds (timeouts.launch_s): a hung kernel
+    cannot be stopped from inside, so the process leaves (exit 124) and takes it along."""
+    done = cp.cuda.Event(disable_timing=True)
+    done.record()
+    start = time.monotonic()
+    while not done.done:
+        if time.monotonic() - start > limit:
+            _eprint(
+                f"kernelbook: error: {where}: launch still running after {limit:g} s "
+                "(timeouts.launch_s); hang?"
+            )
+            sys.stderr.flush()
+            os._exit(124)
+        time.sleep(0.001)
+    cp.cuda.runtime.deviceSynchronize()  # raises the launch's error, if any
+
+
+def launch_variant(
+    project: Project,
+    study: Study,
+    variant: Variant,
+    size: str,
+    cubin: str | None = None,
+    repeat: int = 1,
+    check: bool = False,
+    exact: bool = False,
+) -> int:
+    """Launch one variant at one size ``repeat`` times (checked once with ``check``)."""
+    problem = problems.get(study.problem)
+    try:
+        sizes = problem.parse_size(size)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if os.environ.get("KERNELBOOK_SLOT_HELD") != "1":
+        gpu.acquire_slot()  # a parent (profile, sanitize) that holds the GPU sets the flag
+    import cupy as cp
+
+    if exact:
+        # Plain cudaMalloc per array, no guard bands: compute-sanitizer's memcheck then sees
+        # an access past an array's end as outside its allocation.
+        cp.cuda.set_allocator(None)
+    with tempfile.TemporaryDirectory() as tmp:
+        if cubin:
+            cubin_path = Path(cubin)
+            smem = row_smem(sibling_build_row(cubin_path)) if variant.kind == "triton" else None
+        else:
+            info = compile_now(project, study, variant, Path(tmp) / "kernel.cubin")
+            cubin_path, smem = info.cubin, info.smem
+        case = problem.setup(
+            sizes,
+            study.dtype,
+            study.params,
+            project.settings["seed"],
+            guard=0 if exact else 64 * 1024,
+            computes=variant.computes,
+            reference=check,
+        )
+        kernel = load_kernel(project.root, study, variant, cubin_path, smem)
+        run, launch = kernel_launcher(kernel, study, variant, sizes, case)
+        limit = tool_limit(project.settings, "launch_s")
+        where = f"{study.name}/{variant.id} at {problem.label(sizes)}"
+        nvtx = nvtx_range()
+        for i in range(repeat):
+            case.reset()
+            with nvtx(NVTX_RANGE):  # ncu profiles the kernels inside this range only
+                run()
+            wait_or_leave(cp, limit, where)
+            if check and i == 0:
+                tol = study.tolerance or problem.tolerance(sizes, study.dtype)
+                r = problem.check(case, tol, f"{study.name}/{variant.id} at {size}")
+                _eprint(f"correct: rel_err {r.rel_err:.2e}")
+    geometry = (
+        f"grid {launch.grid}, block {launch.block}, smem {launch.smem}"
+        if launch
+        else "torch's own kernels"
+    )
+    _eprint(f"{study.name}/{variant.id}: launched {repeat}x at {problem.label(sizes)}, {geometry}")
+    return 0

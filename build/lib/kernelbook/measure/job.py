@@ -1,0 +1,181 @@
+"""One bench job: a variant checked and timed at its sizes (an autotuned variant's winners
+confirmed and swept), its rows and samples written, a table printed."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from kernelbook import gpu, problems, tables, tune
+from kernelbook.build import nvcc
+from kernelbook.build.job import (
+    BuildInfo,
+    compile_now,
+    nvcc_flags_text,
+    row_smem,
+    sibling_build_row,
+)
+from kernelbook.config import ConfigError, Project, Study, Variant
+from kernelbook.measure import bench
+
+
+def _eprint(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def bench_job(
+    project: Project,
+    study: Study,
+    variant: Variant,
+    sizes: list[str] | None = None,
+    cubin: str | None = None,
+    build_table: str | None = None,
+    out: str | None = None,
+    samples_out: str | None = None,
+    tuned_table: str | None = None,
+    build_dir: str | None = None,
+    record_failure: bool = False,
+) -> int:
+    """Check, then time ``variant`` beside its baselines at ``sizes`` (size labels; None:
+    the study's). Without ``cubin`` it is built first (the quick loop)."""
+    problem = problems.get(study.problem)
+    parsed = None
+    if sizes:
+        try:
+            parsed = [problem.parse_size(t) for t in sizes]
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+    if variant.is_tuned:
+        return _tuned_job(
+            project, study, variant, parsed, tuned_table, build_dir, out, samples_out,
+            record_failure,
+        )  # fmt: skip
+    slot = gpu.acquire_slot()
+    flags = nvcc_flags_text(project, variant)
+    with tempfile.TemporaryDirectory() as tmp:
+        if cubin:
+            row = tables.read(build_table).iloc[0] if build_table else None
+            failed = None
+            if row is not None and row.get("status") == "failed":
+                failed = str(row["reason"]).removeprefix("compile: ")
+            if row is None and variant.kind != "cuda":
+                row = sibling_build_row(Path(cubin))
+            info = BuildInfo(
+                Path(cubin),
+                row["nvcc_version"] if row is not None else nvcc.nvcc_version(),
+                flags,
+                failed=failed,
+                smem=row_smem(row),
+            )
+        else:
+            info = compile_now(project, study, variant, Path(tmp) / f"{variant.id}.cubin")
+        samples: list[dict] = []
+        rows = bench.bench_variant(
+            project, study, variant, info, slot.uuid, sizes=parsed,
+            tolerate_failure=record_failure, samples=samples,
+        )  # fmt: skip
+    return _finish(rows, problem, samples, out, samples_out)
+
+
+def _tuned_job(
+    project, study, variant, sizes, tuned_table, build_dir, out, samples_out, record_failure
+) -> int:
+    """An autotuned variant's own job: each tune size's winner is timed again at that size
+    (confirmation: the published row is this re-timing, not the best of many candidates'
+    own, so the pick does not lean to the luckiest), and the winner at the pick size
+    (tune.sweep_pick) runs at the other sizes; rows are labelled as the tuned variant."""
+    problem = problems.get(study.problem)
+    if not (tuned_table and build_dir):
+        raise ConfigError(
+            f"{study.name}/{variant.id} is autotuned: bench one of its candidates "
+            f"({', '.join(variant.candidates[:3])}, ...), or give --tuned-table and --build-dir "
+            "to confirm its winners and run them at the sizes they were not tuned at"
+        )
+    selection = tables.read(tuned_table)
+    won = tune.winners(selection)
+    selected_ms = tune.selected_ms(selection)
+    if sizes is None:
+        plan = tune.winner_runs(study, variant, won)
+    else:  # --size: the pick size's winner at the sizes asked for
+        pick = problem.label(tune.sweep_pick(study, variant))
+        plan = [(won[pick], sizes)] if pick in won else [(None, sizes)]
+    slot = gpu.acquire_slot()
+    rows: list[dict] = []
+    samples: list[dict] = []
+    for cand, run_sizes in plan:
+        if cand is not None:
+            run = study.variant(cand)
+            cubin = Path(build_dir) / cand / "kernel.cubin"
+            row = tables.read(cubin.parent / "build.parquet").iloc[0]
+            info = BuildInfo(
+                cubin, row["nvcc_version"], nvcc_flags_text(project, run), smem=row_smem(row)
+            )
+        else:
+            pick = problem.label(tune.sweep_pick(study, variant))
+            why = (
+                f"{study.name}/{variant.id}: no candidate ran correctly at {pick} "
+                f"({tuned_table}), so there is no winner to run at the other sizes"
+            )
+            if not record_failure:
+                raise ConfigError(why)
+            run = variant
+            info = BuildInfo(
+                Path(tuned_table), "", nvcc_flags_text(project, variant), why, "no_winner"
+            )
+        got = bench.bench_variant(
+            project, study, run, info, slot.uuid, sizes=run_sizes,
+            tolerate_failure=record_failure, samples=samples,
+        )  # fmt: skip
+        for r in got:
+            r.update(variant=variant.id, variant_kind="tuned", tuned_from=cand)
+            if cand is not None and won.get(r["size"]) == cand:
+                r["selected_median_ms"] = selected_ms.get(r["size"])
+        rows += got
+        if bench.device_lost(got):
+            break
+    # samples are labelled with the candidate that ran, as its own jobs' samples
+    return _finish(rows, problem, samples, out, samples_out)
+
+
+def _finish(rows, problem, samples, out, samples_out) -> int:
+    """Write and print a job's rows; after a crash or a hang, leave without the clean-up
+    that would wait on the lost device (the rows are on disk by then)."""
+    import pandas as pd
+
+    if samples_out:  # none when the variant failed before any timing
+        tables.write(
+            samples or pd.DataFrame(columns=tables.schema("samples").names),
+            samples_out,
+            "samples",
+        )
+    if out:
+        tables.write(rows, out, "measurements", problem.size_names)
+    print_rows(rows)
+    failed = [r for r in rows if r["status"] == "failed"]
+    if failed:
+        _eprint(
+            f"{len(failed)} size(s) failed ({', '.join(sorted({r['failure'] for r in failed}))}): "
+            "recorded as failed rows; the bench gate reports them at the end of the run"
+        )
+    if bench.device_lost(rows):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    return 0
+
+
+def print_rows(rows) -> None:
+    cols = ("size", "status", "median ms", "TFLOP/s", "GB/s", "base ms", "% base", "rel err")
+    widths = (16, 8, 10, 8, 8, 9, 7, 8)
+    print(" ".join(f"{c:>{w}}" for c, w in zip(cols, widths, strict=True)))
+    for r in rows:
+        if r["status"] != "ok":
+            print(f"{r['size']:>16} {r['status']:>8}  {r['reason']}")
+            continue
+        print(
+            f"{r['size']:>16} {r['status']:>8} {r['median_ms']:10.4f} {r['tflops']:8.2f} "
+            f"{r['gbps']:8.1f} {r['baseline_median_ms']:9.4f} {r['pct_of_baseline']:7.1f} "
+            f"{r['rel_err']:8.1e}" + ("  throttled" if r["throttled"] else "")
+        )

@@ -1,0 +1,456 @@
+"""The measurement loop, written once: warm-up, L2 flush, a blocking kernel, interleaving,
+and the stopping rule (kernelbook.measure.stopping).
+
+No host time is counted in a sample. Before each sample a *blocking kernel* (one thread)
+is queued that spins on a flag in pinned, device-mapped host memory; behind it the L2 flush,
+the start event, the launch(es) being timed and the end event are queued; then the host
+releases the flag. The GPU runs flush, start event, launch and end event back to back, so
+the interval between the events never holds a gap while the host was still launching (the
+technique of nvbench's blocking kernel). Without it, a flush that ends before the host has
+launched the kernel charges the host's launch time to the kernel: a torch call costs more
+host time than a CuPy launch, so a torch baseline would be charged more than the variant.
+
+With ``cache: cold`` the flush *reads* a buffer twice the size of the device's L2 before
+each sample: every line a previous launch left (dirty ones are written back during the
+flush, outside the timed region) is evicted, and L2 is left holding clean lines of the
+flush buffer, as after an invalidation. ``warm`` does not flush.
+
+What a sample is: where CUPTI attaches (kernelbook.measure.cupti), the GPU's own record of
+the kernels launched inside the timed call, from the first one's start to the last one's end
+(the sum of their durations is kept beside it); the events around the call are kept on every
+sample as the second instrument. Where CUPTI cannot attach, the events are the sample, and
+every row says which instrument made it (``Stats.method``, ``Stats.note``).
+
+The functions of a measurement (variant, baseline, copy) are sampled alternately, so all
+see the same clocks and temperature, and "% of baseline" is a ratio measured side by side.
+The blocking kernel gives up after ``block_timeout_s``; a sample whose queueing took longer
+(a function that synchronises with the host cannot be covered) is dropped, and a function
+that never fits is an error rather than a silently biased number.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kernelbook.measure import cupti, stopping
+from kernelbook.measure.stopping import rse_of_median
+
+__all__ = ["Hang", "DeviceFault", "TimingError", "Stats", "Timer", "rse_of_median"]
+
+CUDA_SUCCESS = 0
+CUDA_ERROR_NOT_READY = 600  # cudaErrorNotReady
+
+
+class Hang(RuntimeError):
+    """A launch did not finish within the configured time."""
+
+    kind = "hang"
+
+
+class DeviceFault(RuntimeError):
+    """The device reported an error (a crashed kernel leaves a sticky error in the context)."""
+
+    kind = "crash"
+
+
+class TimingError(RuntimeError):
+    """A function cannot be timed honestly (it synchronises with the host)."""
+
+
+class _NoKernels(RuntimeError):
+    """CUPTI attached but recorded no GPU work for a timed call: the measurement is made
+    again with events (the message becomes the rows' timing_note)."""
+
+
+@dataclass(frozen=True)
+class Stats:
+    n: int
+    median: float
+    q1: float
+    q3: float
+    min: float
+    max: float
+    mean: float
+    std: float
+    rse_median: float
+    converged: bool
+    stop_reason: str = ""
+    samples: tuple[float, ...] = field(default=(), repr=False)  # ms, in sampling order
+    times: tuple[float, ...] = field(default=(), repr=False)  # host monotonic s at each end
+    method: str = cupti.EVENTS  # the instrument of ``samples``: cupti or events
+    note: str | None = None  # why CUPTI did not make ``samples``, where it did not
+    # the events around each sample (ms), on every sample, whatever the instrument
+    events: tuple[float, ...] = field(default=(), repr=False)
+    # CUPTI: each sample's sum of kernel durations (ms) and its number of kernels
+    kernel_sums: tuple[float, ...] = field(default=(), repr=False)
+    kernel_counts: tuple[float, ...] = field(default=(), repr=False)
+
+    @property
+    def rel_std(self) -> float:
+        return self.std / self.mean if self.mean else math.nan
+
+    @property
+    def event_median(self) -> float:
+        return float(np.median(self.events)) if self.events else math.nan
+
+    @property
+    def kernel_sum_median(self) -> float | None:
+        return float(np.median(self.kernel_sums)) if self.kernel_sums else None
+
+    @property
+    def kernels_per_call(self) -> int | None:
+        return int(round(float(np.median(self.kernel_counts)))) if self.kernel_counts else None
+
+    @classmethod
+    def of(
+        cls,
+        samples,
+        converged: bool,
+        stop_reason: str = "",
+        times=(),
+        *,
+        method: str = cupti.EVENTS,
+        note: str | None = None,
+        events=None,
+        kernel_sums=(),
+        kernel_counts=(),
+    ) -> Stats:
+        a = np.asarray(samples, dtype=np.float64)
+        q1, med, q3 = np.percentile(a, [25, 50, 75])
+        return cls(
+            n=int(a.size),
+            median=float(med),
+            q1=float(q1),
+            q3=float(q3),
+            min=float(a.min()),
+            max=float(a.max()),
+            mean=float(a.mean()),
+            std=float(a.std(ddof=1)) if a.size > 1 else 0.0,
+            rse_median=rse_of_median(a),
+            converged=converged,
+            stop_reason=stop_reason,
+            samples=tuple(float(x) for x in a),
+            times=tuple(float(t) for t in times),
+            method=method,
+            note=note,
+            events=tuple(float(x) for x in (a if events is None else events)),
+            kernel_sums=tuple(float(x) for x in kernel_sums),
+            kernel_counts=tuple(float(x) for x in kernel_counts),
+        )
+
+
+# The blocking kernel and the read-only L2 flush, compiled once per process (NVRTC).
+_DEVICE_SOURCE = r"""
+extern "C" __global__ void kb_hold(volatile int* flags, unsigned long long timeout_ns) {
+    // flags[0]: released by the host; flags[1]: set here when the host never released it.
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    while (flags[0] == 0) {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        if (t - t0 > timeout_ns) {
+            flags[1] = 1;
+            break;
+        }
+        __nanosleep(500);
+    }
+    __threadfence_system();
+}
+
+extern "C" __global__ void kb_flush(const int4* __restrict__ buf, unsigned long long n,
+                                    int key, int* sink) {
+    // Reads every line of buf; the store is never taken (key is chosen so), but the
+    // compiler cannot know, so the loads stay.
+    int acc = 0;
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+         i < n; i += (unsigned long long)gridDim.x * blockDim.x) {
+        int4 v = buf[i];
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == key) sink[0] = acc;
+}
+"""
+
+_MODULE = None
+
+
+def _device_module():
+    global _MODULE
+    if _MODULE is None:
+        import cupy as cp
+
+        _MODULE = cp.RawModule(code=_DEVICE_SOURCE, options=("--std=c++17",))
+    return _MODULE
+
+
+class _HostFlags:
+    """Two ints in pinned, device-mapped host memory (UVA: one address for both sides)."""
+
+    def __init__(self):
+        import cupy as cp
+
+        rt = cp.cuda.runtime
+        mapped = getattr(rt, "hostAllocMapped", 2)
+        portable = getattr(rt, "hostAllocPortable", 1)
+        self.ptr = rt.hostAlloc(8, mapped | portable)
+        self._rt = rt
+        self.release = ctypes.c_int.from_address(self.ptr)
+        self.timed_out = ctypes.c_int.from_address(self.ptr + 4)
+
+    def arm(self):
+        self.release.value = 0
+        self.timed_out.value = 0
+
+    def close(self):
+        if self.ptr:
+            self._rt.freeHost(self.ptr)
+            self.ptr = 0
+
+
+def event_status(event) -> int:
+    """cudaEventQuery's status code for a CuPy event (CuPy returns it without raising)."""
+    import cupy as cp
+
+    return int(cp.cuda.runtime.eventQuery(event.ptr))
+
+
+def error_name(status: int) -> str:
+    import cupy as cp
+
+    try:
+        return cp.cuda.runtime.getErrorName(status)
+    except Exception:  # an unknown code
+        return f"CUDA error {status}"
+
+
+class Timer:
+    """Times launch functions on one stream according to a timing policy (config).
+
+    ``kernel_clock=False`` times with events only (the device table's launch overhead,
+    which is the GPU's work around a launch, the very thing kernel time leaves out)."""
+
+    def __init__(
+        self, policy: dict, l2_bytes: int, cupy_stream, torch_stream=None, kernel_clock=True
+    ):
+        import cupy as cp
+
+        self.cp = cp
+        self.policy = policy
+        self.rule = stopping.Rule.of(policy)
+        self.stream = cupy_stream
+        self.torch_stream = torch_stream
+        self.cold = policy["cache"] == "cold"
+        self.blocking = bool(policy.get("blocking_kernel", True))
+        self.block_timeout_ns = int(float(policy.get("block_timeout_s", 2.0)) * 1e9)
+        # Reading twice the L2 evicts everything a previous launch left there.
+        self.flush_bytes = 2 * int(l2_bytes) if self.cold else 0
+        self._flush_buf = (
+            cp.zeros(self.flush_bytes // 16 * 4, dtype=cp.int32) if self.cold else None
+        )
+        self._sink = cp.zeros(1, dtype=cp.int32)
+        self._flags = _HostFlags() if self.blocking else None
+        mod = _device_module() if (self.cold or self.blocking) else None
+        self._hold = mod.get_function("kb_hold") if self.blocking else None
+        self._flush_kernel = mod.get_function("kb_flush") if self.cold else None
+        sms = int(cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["multiProcessorCount"])
+        self._flush_grid = (sms * 4,)
+        self._start, self._end = cp.cuda.Event(), cp.cuda.Event()
+        self.dropped = 0  # samples dropped: the host outlasted the blocking kernel, or
+        # CUPTI recorded no kernel for the sample
+        method = policy.get("method", cupti.EVENTS)
+        self.clock = cupti.clock() if kernel_clock and method != cupti.HOST else None
+        # the planned instrument, and why not CUPTI (a measurement may still fall back)
+        self.instrument = cupti.instrument(method, self.clock is not None)
+        self.note = cupti.reason() if kernel_clock and self.clock is None else None
+
+    def close(self):
+        """Free the host flags once the stream is idle. After a crash the context is dead:
+        the flags are left to the process's exit rather than raising over the crash."""
+        if self._flags is None:
+            return
+        try:
+            self.wait_stream("timer close")
+            self._flags.close()
+        except Exception:  # DeviceFault, Hang, a CUDA error: the error that matters is raised
+            pass
+        self._flags = None
+
+    def flush(self) -> None:
+        if self._flush_buf is not None:
+            n = np.uint64(self._flush_buf.size // 4)
+            with self.stream:
+                self._flush_kernel(
+                    self._flush_grid, (512,), (self._flush_buf, n, np.int32(0x5A5A5A5A), self._sink)
+                )
+
+    def wait(self, event, what: str) -> None:
+        """Wait for ``event``. A launch still running after launch_timeout_s is a hang; an
+        error status (a kernel that faulted leaves the context in a sticky error) is a
+        fault, reported at once."""
+        timeout = float(self.policy["launch_timeout_s"])
+        start = time.monotonic()
+        pause = 0.0
+        while True:
+            status = event_status(event)
+            if status == CUDA_SUCCESS:
+                return
+            if status != CUDA_ERROR_NOT_READY:
+                raise DeviceFault(
+                    f"{what}: the device reported {error_name(status)} (a kernel crashed)"
+                )
+            elapsed = time.monotonic() - start
+            if elapsed > timeout:
+                raise Hang(f"{what}: still running after {timeout:.0f} s (launch_timeout_s); hang?")
+            if elapsed > 0.0005:
+                pause = min(0.002, pause + 0.00005)
+                time.sleep(pause)
+
+    def _sample(
+        self, fn: Callable[[], None], what: str, flush: bool, tagged: bool = False
+    ) -> tuple[float, cupti.KernelTime | None] | None:
+        """One timed launch of ``fn`` (with the flush before it), queued behind the blocking
+        kernel: (event ms, the GPU work CUPTI recorded for it, when ``tagged``); None when
+        the host took longer than the blocking kernel waits."""
+        flags = self._flags
+        tag = self.clock.next_tag() if tagged else None
+        if flags is not None:
+            flags.arm()
+            with self.stream:
+                self._hold((1,), (1,), (np.uint64(flags.ptr), np.uint64(self.block_timeout_ns)))
+        if flush:
+            self.flush()
+        self._start.record(self.stream)
+        if tag is not None:  # only what fn launches carries the tag: not flush, not hold
+            self.clock.push(tag)
+            try:
+                fn()
+            finally:
+                self.clock.pop()
+        else:
+            fn()
+        self._end.record(self.stream)
+        if flags is not None:
+            flags.release.value = 1
+        self.wait(self._end, what)
+        kernels = self.clock.collect().get(tag) if tag is not None else None
+        if flags is not None and flags.timed_out.value:
+            self.dropped += 1
+            return None
+        return self.cp.cuda.get_elapsed_time(self._start, self._end), kernels
+
+    def run_once(self, fn: Callable[[], None], what: str) -> float:
+        """Launch once (no flush), wait (with the hang and fault checks), return the
+        event-timed milliseconds."""
+        t = self._sample(fn, what, flush=False)
+        return t[0] if t is not None else math.nan
+
+    def _graph(self, fn, what):
+        import torch
+
+        g = torch.cuda.CUDAGraph()
+        launches = int(self.policy["graph_launches"])
+        with torch.cuda.graph(g, stream=self.torch_stream):
+            for _ in range(launches):
+                fn()
+        self.wait_stream(what)
+        return g.replay, launches
+
+    def wait_stream(self, what: str) -> None:
+        ev = self.cp.cuda.Event()
+        ev.record(self.stream)
+        self.wait(ev, what)
+
+    def measure(self, fns: dict[str, Callable[[], None]], what: str) -> dict[str, Stats]:
+        """Sample every function alternately until the stopping rule says stop: on CUPTI
+        kernel time where CUPTI attached, else (and, whole, where CUPTI records no kernel
+        for a function) on the events, with the reason in every Stats' note."""
+        if self.clock is None:
+            return self._measure(fns, what, False, self.note)
+        try:
+            return self._measure(fns, what, True, None)
+        except _NoKernels as e:
+            return self._measure(fns, what, False, str(e))
+
+    def _measure(self, fns, what: str, tagged: bool, note: str | None) -> dict[str, Stats]:
+        p = self.policy
+        per_launch = dict.fromkeys(fns, 1)
+        runners = dict(fns)
+        if p["method"] == "graph":
+            for name, fn in fns.items():
+                runners[name], per_launch[name] = self._graph(fn, f"{what} [{name}]")
+        for name, fn in runners.items():
+            tag = self.clock.next_tag() if tagged else None
+            if tag is not None:
+                self.clock.push(tag)
+            try:
+                for _ in range(int(p["warmup"])):
+                    fn()
+            finally:
+                if tag is not None:
+                    self.clock.pop()
+            self.wait_stream(f"{what} [{name}] warm-up")
+            if tag is not None and tag not in self.clock.collect():
+                raise _NoKernels(f"CUPTI recorded no GPU work for {what} [{name}]: events time it")
+        samples: dict[str, list[float]] = {name: [] for name in fns}
+        times: dict[str, list[float]] = {name: [] for name in fns}
+        events: dict[str, list[float]] = {name: [] for name in fns}
+        sums: dict[str, list[float]] = {name: [] for name in fns}
+        counts: dict[str, list[float]] = {name: [] for name in fns}
+        lost = dict.fromkeys(fns, 0)  # samples CUPTI recorded no kernel for
+        start = time.monotonic()
+        misses = 0
+        while True:
+            for name, fn in runners.items():
+                got = self._sample(fn, f"{what} [{name}]", flush=self.cold, tagged=tagged)
+                if got is None:
+                    misses += 1
+                    if misses > 5 and misses > len(samples[name]):
+                        raise TimingError(
+                            f"{what} [{name}]: queueing one sample took the host longer than "
+                            f"block_timeout_s ({self.block_timeout_ns / 1e9:g} s) {misses} "
+                            "times; a function that synchronises with the host cannot be "
+                            "timed behind the blocking kernel"
+                        )
+                    continue
+                ev, kernels = got
+                k = per_launch[name]
+                if tagged:
+                    if kernels is None:
+                        self.dropped += 1
+                        lost[name] += 1
+                        if lost[name] > 5 and lost[name] > len(samples[name]):
+                            raise _NoKernels(
+                                f"CUPTI recorded no kernel for {lost[name]} samples of "
+                                f"{what} [{name}]: events time it"
+                            )
+                        continue
+                    samples[name].append(kernels.span_ms / k)
+                    sums[name].append(kernels.sum_ms / k)
+                    counts[name].append(kernels.count / k)
+                else:
+                    samples[name].append(ev / k)
+                events[name].append(ev / k)
+                times[name].append(time.monotonic())
+            verdict = stopping.decide(self.rule, samples, time.monotonic() - start)
+            if verdict.stop:
+                break
+        method = cupti.CUPTI if tagged else cupti.EVENTS
+        return {
+            name: Stats.of(
+                s,
+                verdict.converged,
+                verdict.reason,
+                times[name],
+                method=method,
+                note=note,
+                events=events[name],
+                kernel_sums=sums[name],
+                kernel_counts=counts[name],
+            )
+            for name, s in samples.items()
+        }

@@ -1,0 +1,245 @@
+"""What every problem shares: guarded outputs, the correctness check, the interface."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+GUARD_ELEMENTS = 64 * 1024
+GUARD_BYTE = 0xA5  # every byte of a guard band; a kernel is vanishingly unlikely to write it
+
+
+class CheckError(RuntimeError):
+    """A kernel computed something wrong; ``kind`` says how (for tests and tables)."""
+
+    kind = "wrong"
+
+
+class WrongResult(CheckError):
+    kind = "wrong"
+
+
+class NonFinite(CheckError):
+    kind = "nonfinite"
+
+
+class OutOfBounds(CheckError):
+    kind = "out_of_bounds"
+
+
+class InputModified(CheckError):
+    kind = "input_modified"
+
+
+class GuardedArray:
+    """A device array with guard bands before and after, to catch out-of-bounds writes."""
+
+    def __init__(self, xp, n: int, dtype, guard: int = GUARD_ELEMENTS):
+        self.guard = guard
+        self.full = xp.empty(n + 2 * guard, dtype=dtype)
+        self.view = self.full[guard : guard + n]
+        self._itemsize = itemsize = self.full.dtype.itemsize
+        raw = self.full.view(xp.uint8)
+        self._before = raw[: guard * itemsize]
+        self._after = raw[(guard + n) * itemsize :]
+        if guard:
+            self._before.fill(GUARD_BYTE)
+            self._after.fill(GUARD_BYTE)
+
+    def violations(self) -> tuple[int, int]:
+        """Elements written in the guard bands (before, after)."""
+        if not self.guard:
+            return 0, 0
+        out = []
+        for band in (self._before, self._after):
+            changed = (band != GUARD_BYTE).reshape(-1, self._itemsize).any(axis=1)
+            out.append(int(changed.sum()))
+        return out[0], out[1]
+
+
+@dataclass
+class Case:
+    """One problem instance on the device: inputs, outputs, reference, kernel arguments."""
+
+    sizes: dict[str, int]
+    dtype: str
+    seed: int
+    inputs: dict[str, Any]
+    outputs: dict[str, GuardedArray]
+    initial: dict[str, Any]  # values the outputs hold before a launch (gemm reads C)
+    reference: dict[str, Any]  # float64
+    args: tuple
+    input_copies: dict[str, Any] = field(default_factory=dict)
+
+    def reset(self) -> None:
+        for name, g in self.outputs.items():
+            if name in self.initial:
+                g.view[...] = self.initial[name]
+            else:
+                g.view.fill(float("nan"))
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    rel_err: float
+    max_err: float  # max |out - ref| / rms(ref)
+
+
+@dataclass(frozen=True)
+class Baseline:
+    name: str
+    mode: str  # what library and math mode: recorded on every row
+    run: Callable[[], None]
+    rel_err: float
+
+
+def size_seed(seed: int, sizes: dict[str, int]) -> int:
+    """A seed per (run seed, size), so every size gets its own reproducible inputs."""
+    text = f"{seed}:" + ",".join(f"{k}={v}" for k, v in sizes.items())
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") >> 1
+
+
+class Problem:
+    name: str = ""
+    size_names: tuple[str, ...] = ()
+    zero_sizes: tuple[str, ...] = ()  # size names that may be 0 (flags, e.g. causal)
+    # (x, (by, ...)): the worklog adds a figure of throughput against size x, a panel per by
+    sweep_facets: tuple[str, tuple[str, ...]] | None = None
+    dtypes: tuple[str, ...] = ()
+    baselines: dict[str, str] = {}
+    default_params: dict[str, Any] = {}
+    # other functions a reference kernel may compute instead (variant key `computes`);
+    # setup(..., computes=name) then builds that function's reference
+    alternatives: dict[str, str] = {}
+    figure_of_merit = "tflops"  # or "gbps"
+    # the compute roof of the roofline: "fp32" (the FP32 peak, cuBLAS FP32) or "bf16_tensor"
+    # (the dense BF16 tensor peak, cuBLAS BF16). With "bf16_tensor", the FLOPs of a profile
+    # are the larger of the model's (flops()) and what ncu counts in FP instructions: ncu's
+    # per-instruction FLOP counters do not see tensor-core (HMMA/HGMMA) work.
+    peak = "fp32"
+    elem_factor = 50.0  # max element error may be this many times the tolerance
+
+    # ---- cost model (no GPU) ------------------------------------------------------
+    def flops(self, sizes: dict[str, int]) -> float:
+        raise NotImplementedError
+
+    def min_bytes(self, sizes: dict[str, int], dtype: str) -> float:
+        raise NotImplementedError
+
+    def tolerance(self, sizes: dict[str, int], dtype: str) -> float:
+        raise NotImplementedError
+
+    def cost(
+        self, sizes: dict[str, int], dtype: str, computes: str | None = None, params=None
+    ) -> tuple[float, float]:
+        """(FLOP, minimal bytes) of one launch of the function ``computes`` names (None: the
+        problem's own); a problem whose alternatives cost differently overrides this."""
+        return self.flops(sizes), self.min_bytes(sizes, dtype)
+
+    def label(self, sizes: dict[str, int]) -> str:
+        return "x".join(str(sizes[n]) for n in self.size_names)
+
+    def parse_size(self, text: str) -> dict[str, int]:
+        """'4096' (all names), '4096x4096x1000' (in order) or 'M=4096,N=4096,K=1000'."""
+        text = text.strip()
+        try:
+            if "=" in text:
+                pairs = dict(p.split("=", 1) for p in text.split(","))
+                sizes = {k.strip(): int(v) for k, v in pairs.items()}
+            elif "x" in text:
+                parts = [int(p) for p in text.split("x")]
+                if len(parts) != len(self.size_names):
+                    raise ValueError
+                sizes = dict(zip(self.size_names, parts, strict=True))
+            else:
+                sizes = dict.fromkeys(self.size_names, int(text))
+        except ValueError:
+            raise ValueError(
+                f"size '{text}' is not N, {'x'.join(self.size_names)} or "
+                f"{','.join(n + '=..' for n in self.size_names)}"
+            ) from None
+        if set(sizes) != set(self.size_names) or any(
+            v < (0 if k in self.zero_sizes else 1) for k, v in sizes.items()
+        ):
+            raise ValueError(f"size '{text}' must give positive {', '.join(self.size_names)}")
+        return {n: sizes[n] for n in self.size_names}
+
+    # ---- device side ---------------------------------------------------------------
+    def kernel_arg_types(self, dtype: str) -> tuple[str, ...]:
+        """The kernel argument list (``Case.args``) as Triton types (``i32``, ``fp32``,
+        ``*fp32``, ``*bf16``...), for compiling a Triton variant ahead of time."""
+        raise NotImplementedError(
+            f"problem '{self.name}' does not describe its kernel arguments for Triton "
+            "(Problem.kernel_arg_types)"
+        )
+
+    def setup(
+        self,
+        sizes,
+        dtype,
+        params,
+        seed,
+        guard: int = GUARD_ELEMENTS,
+        reference=True,
+        computes: str | None = None,
+    ) -> Case:
+        """Inputs, outputs (``guard`` elements of guard band each side), float64 reference
+        of the problem's function, or of the alternative ``computes`` names."""
+        raise NotImplementedError
+
+    def baseline(self, case: Case, name: str, params) -> Baseline:
+        raise NotImplementedError
+
+    def check(self, case: Case, tol: float, where: str) -> CheckResult:
+        """Check a case's outputs after one launch; raise a CheckError naming ``where``."""
+        import cupy as cp
+
+        for name, data in case.inputs.items():
+            if not bool(cp.array_equal(data, case.input_copies[name])):
+                changed = int((data != case.input_copies[name]).sum())
+                raise InputModified(
+                    f"{where}: the kernel wrote {changed} element(s) of input {name}"
+                )
+        result = None
+        for name, g in case.outputs.items():
+            before, after = g.violations()
+            if before or after:
+                raise OutOfBounds(
+                    f"{where}: the kernel wrote outside {name}: {before} element(s) in the "
+                    f"{g.guard}-element guard band before it and {after} after it"
+                )
+            out = g.view.astype(cp.float64)
+            ref = case.reference[name]
+            finite = cp.isfinite(out)
+            if not bool(finite.all()):
+                bad = int((~finite).sum())
+                first = int(cp.argmin(finite))
+                raise NonFinite(
+                    f"{where}: {bad} of {out.size} element(s) of {name} are NaN or Inf "
+                    f"(first at flat index {first}: {float(out[first])})"
+                )
+            diff = out - ref
+            ref_norm = float(cp.linalg.norm(ref))
+            rel = float(cp.linalg.norm(diff)) / ref_norm if ref_norm else float(cp.abs(diff).max())
+            rms = ref_norm / (ref.size**0.5) if ref_norm else 1.0
+            max_err = float(cp.abs(diff).max()) / rms
+            if rel > tol:
+                raise WrongResult(
+                    f"{where}: relative error ||{name}-ref||/||ref|| = {rel:.3e} exceeds the "
+                    f"tolerance {tol:.1e} (float64 reference)"
+                )
+            if max_err > self.elem_factor * tol:
+                worst = int(cp.argmax(cp.abs(diff)))
+                raise WrongResult(
+                    f"{where}: element {worst} of {name} is off by {max_err:.3e} x rms(ref), over "
+                    f"the bound {self.elem_factor * tol:.1e} (unwritten or wrong element; "
+                    f"norm-wise relative error {rel:.2e})"
+                )
+            result = (
+                CheckResult(rel, max_err)
+                if result is None
+                else CheckResult(max(rel, result.rel_err), max(max_err, result.max_err))
+            )
+        return result

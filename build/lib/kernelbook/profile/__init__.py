@@ -1,0 +1,1 @@
+"""Nsight Compute and compute-sanitizer runs into rows, and the roofline table."""

@@ -1,0 +1,135 @@
+"""One profile or sanitize job of a variant, the roofline table of a study, and the sanitizer
+gate: what ran correctly in the bench is run again under ncu or compute-sanitizer."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from kernelbook import gate, gpu, problems, tables, tune
+from kernelbook.config import ConfigError, Project, Study, Variant
+from kernelbook.profile import ncu, roofline, sanitize
+
+
+class SanitizerFindings(RuntimeError):
+    """A study has sanitizer findings its config does not explain."""
+
+
+def _eprint(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def targets(study: Study, variant: Variant, sizes, build_dir, cubin=None, tuned_table=None):
+    """(variant to run, cubin, sizes) pairs; a tuned variant runs the candidate that won."""
+    build_dir = Path(build_dir)
+    if not variant.is_tuned:
+        path = Path(cubin) if cubin else build_dir / variant.id / "kernel.cubin"
+        return [(variant, path, sizes)]
+    if not tuned_table:
+        raise ConfigError(f"{study.name}/{variant.id} is autotuned: give --tuned-table")
+    won = tune.winners(tables.read(tuned_table))
+    problem = problems.get(study.problem)
+    out = []
+    for s in sizes:
+        cand = won.get(problem.label(s))
+        if cand is None:
+            _eprint(
+                f"{study.name}/{variant.id}: no winning candidate at {problem.label(s)}; skipped"
+            )
+            continue
+        out.append((study.variant(cand), build_dir / cand / "kernel.cubin", [s]))
+    return out
+
+
+def bench_failures(bench_table) -> dict[str, tuple[str, str]]:
+    """Size label -> (kind, reason) of the sizes the variant's bench table records failed."""
+    if not bench_table:
+        return {}
+    df = tables.read(bench_table)
+    return {
+        r["size"]: (gate.failure_kind(r), str(r["reason"]))
+        for _, r in df.iterrows()
+        if r["status"] == "failed"
+    }
+
+
+def _empty(table: str, study: Study):
+    import pandas as pd
+
+    return pd.DataFrame(columns=tables.schema(table, study.size_names).names)
+
+
+def profile_job(
+    project: Project, study: Study, variant: Variant, out, reports, build_dir,
+    cubin=None, tuned_table=None, bench_table=None,
+) -> int:  # fmt: skip
+    failed = bench_failures(bench_table)
+    slot = gpu.acquire_slot(preload=())
+    rows = []
+    sizes = list(study.profile_sizes)
+    for run, path, run_sizes in targets(study, variant, sizes, build_dir, cubin, tuned_table):
+        part = ncu.profile_variant(
+            project, study, run, path, run_sizes, Path(reports), slot.uuid, skip=failed
+        )
+        rows += [{**r, "variant": variant.id} for r in part]
+    tables.write(rows or _empty("profile", study), out, "profile", study.size_names)
+    return 0
+
+
+def sanitize_job(
+    project: Project, study: Study, variant: Variant, out, build_dir,
+    cubin=None, tuned_table=None, bench_table=None,
+) -> int:  # fmt: skip
+    failed = bench_failures(bench_table)
+    lost = next(((k, r) for k, r in failed.values() if k in sanitize.NOT_RERUN), None)
+    bad = next(iter(failed.values()), None)  # failed at some size: explained, not waited on
+    slot = gpu.acquire_slot(preload=())
+    if variant.is_tuned:
+        headline = study.headline or study.profile_sizes[0]
+        runs = targets(study, variant, [headline], build_dir, cubin, tuned_table)
+    else:
+        runs = targets(study, variant, [], build_dir, cubin, tuned_table)
+    rows = []
+    for run, path, _ in runs:
+        size = study.sanitize_size_for(run)
+        if size is None:
+            _eprint(f"{study.name}/{run.id}: no size it can run at; not sanitized")
+            continue
+        part = sanitize.sanitize_variant(
+            project, study, run, path, size, slot.uuid,
+            tools=study.sanitize_tools, skip=lost, expect=variant.expect, failed=bad,
+        )  # fmt: skip
+        rows += [{**r, "variant": variant.id} for r in part]
+    tables.write(rows or _empty("sanitizer", study), out, "sanitizer", study.size_names)
+    return 0
+
+
+def roofline_job(study: Study, profile, out, measurements=None, device=None) -> int:
+    prof = tables.read(profile)
+    meas = tables.read(measurements) if measurements else None
+    dev = tables.read(device) if device else None
+    problem = problems.get(study.problem)
+    table = roofline.roofline(
+        prof, meas, dev, study.size_names, problem.flops, tensor_flops=problem.peak != "fp32"
+    )
+    if table.empty:  # nothing profiled (every variant failed or was not run)
+        table = _empty("roofline", study)
+    tables.write(table, out, "roofline", study.size_names)
+    return 0
+
+
+def sanitize_gate(study: Study, table_path, out) -> int:
+    table = tables.read(table_path)
+    found = sanitize.gate(table, study.name, {v.id: v.expect for v in study.variants})
+    if found:
+        raise SanitizerFindings(
+            f"{study.name}: compute-sanitizer findings not marked as known (add known_findings "
+            "with the reason to the variant's config entry if they are understood):\n  "
+            + "\n  ".join(found)
+        )
+    known = int((table["verdict"] == "known").sum())
+    Path(out).write_text(
+        f"{study.name}: {table['variant'].nunique()} variants x {table['tool'].nunique()} tools "
+        f"clean ({known} known findings)\n"
+    )
+    return 0

@@ -1,0 +1,359 @@
+"""Nsight Compute: profile one variant in its own process, read the report into rows,
+and derive the roofline table (FLOPs, bytes at DRAM/L2/L1, intensities, bounds)."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from kernelbook import provenance
+from kernelbook.config import tool_limit
+from kernelbook.launch.process import NVTX_RANGE, launch_command
+from kernelbook.procs import ToolTimeout, run_tool
+
+NCU_TIMEOUT_S = 900.0  # timeouts.ncu_s's default
+
+# Sections give speed-of-light, occupancy with its limiters, launch resources, warp-stall
+# reasons and memory-workload counters; the metrics add what the roofline and the ladder's
+# questions need (FLOP counts by precision, bytes per level, bank conflicts, sectors).
+DEFAULT_SECTIONS = [
+    "SpeedOfLight",
+    "Occupancy",
+    "LaunchStats",
+    "WarpStateStats",
+    "MemoryWorkloadAnalysis",
+]
+FLOP_METRICS = {
+    f"sm__sass_thread_inst_executed_op_{p}{op}_pred_on.sum": (2 if op == "fma" else 1)
+    for p in ("f", "h", "d")
+    for op in ("add", "mul", "fma")
+}
+DEFAULT_METRICS = [
+    "gpu__time_duration.sum",
+    *FLOP_METRICS,
+    "sm__inst_executed_pipe_tensor_op_hmma.sum",
+    "sm__inst_executed_pipe_tensor_op_gmma.sum",
+    "dram__bytes_read.sum",
+    "dram__bytes_write.sum",
+    "lts__t_bytes.sum",
+    "l1tex__t_bytes.sum",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum",
+    "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",
+    "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum",
+    "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum",
+    "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum",
+    "sm__warps_active.avg.pct_of_peak_sustained_active",
+    "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
+    "launch__registers_per_thread",
+    "launch__occupancy_limit_registers",
+    "launch__occupancy_limit_shared_mem",
+    "launch__occupancy_limit_warps",
+    "launch__occupancy_limit_blocks",
+]
+# ldmatrix bank conflicts and tensor pipe utilisation (a study asks for them in its
+# profile: metrics)
+LDSM_CONFLICTS = "sm__sass_l1tex_data_bank_conflicts_pipe_lsu_mem_shared_op_ldsm.sum"
+TENSOR_PIPE_METRICS = (
+    "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
+    "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+)
+STALL_PREFIX = "smsp__average_warps_issue_stalled_"
+STALL_SUFFIX = "_per_issue_active.ratio"
+
+
+class ProfileError(RuntimeError):
+    """ncu could not profile the variant, or its report could not be read."""
+
+
+def ncu_exe() -> str:
+    exe = shutil.which("ncu")
+    if not exe:
+        raise ProfileError("ncu (Nsight Compute) is not on PATH")
+    return exe
+
+
+def ncu_version() -> str:
+    try:
+        out = run_tool([ncu_exe(), "--version"], timeout=60, what="ncu", setting="60 s").stdout
+    except ToolTimeout:
+        return "unknown"
+    return out.strip().splitlines()[-1] if out.strip() else "unknown"
+
+
+# A torch variant's kernels: those launched inside the launch's NVTX push/pop range
+NVTX_INCLUDE = f"{NVTX_RANGE}/"
+
+
+def ncu_command(entry: str | None, report: Path, launch_cmd: list[str], prof: dict) -> list[str]:
+    """The ncu call for one kernel launch (``entry``), or, with ``entry`` None (a torch
+    variant), for every kernel inside the launch's NVTX range; ``prof`` is a study's
+    resolved profile settings."""
+    only = (
+        ["-k", f"regex:^{entry}$", "--launch-count", "1"]
+        if entry
+        else ["--nvtx", "--nvtx-include", NVTX_INCLUDE]
+    )
+    cmd = [
+        ncu_exe(),
+        "--clock-control",
+        prof.get("clock_control", "none"),
+        "--cache-control",
+        "all",
+        "--target-processes",
+        "all",
+        "--force-overwrite",
+        *only,
+        "-o",
+        str(report),
+    ]
+    if prof.get("set"):
+        cmd += ["--set", prof["set"]]
+    for section in prof.get("sections", DEFAULT_SECTIONS):
+        cmd += ["--section", section]
+    metrics = list(DEFAULT_METRICS) + list(prof.get("metrics", []))
+    cmd += ["--metrics", ",".join(dict.fromkeys(metrics))]
+    return cmd + launch_cmd
+
+
+def run_ncu(
+    entry: str | None,
+    report: Path,
+    launch_cmd: list[str],
+    prof: dict,
+    where: str,
+    env,
+    timeout: float = NCU_TIMEOUT_S,
+) -> str:
+    """ncu on one launch; past ``timeout`` (timeouts.ncu_s) its process group, the launch
+    helper included, is killed and ToolTimeout raised."""
+    cmd = ncu_command(entry, report, launch_cmd, prof)
+    proc = run_tool(cmd, timeout=timeout, what=where, setting="timeouts.ncu_s", env=env)
+    log = proc.stdout + proc.stderr
+    rep = Path(str(report) + ".ncu-rep")
+    if proc.returncode != 0 or not rep.is_file():
+        raise ProfileError(f"{where}: ncu failed (exit {proc.returncode}):\n{log[-4000:]}")
+    if "==PROF== Profiling" not in log:
+        what = f"named {entry}" if entry else f"inside the NVTX range {NVTX_INCLUDE}"
+        raise ProfileError(f"{where}: ncu ran but profiled no kernel {what}:\n{log[-2000:]}")
+    return log
+
+
+def ncu_python_dirs() -> list[Path]:
+    """Where Nsight Compute keeps its own copy of ncu_report: extras/python beside the ncu
+    binary (often reached through a wrapper in cuda/bin), or under the CUDA toolkit."""
+    dirs: list[Path] = []
+    exe = shutil.which("ncu")
+    if exe:
+        real = Path(exe).resolve().parent
+        dirs.append(real / "extras" / "python")
+        dirs += sorted(real.parent.glob("nsight-compute*/extras/python"))
+    for root in ("/usr/local/cuda", *sorted(str(p) for p in Path("/usr/local").glob("cuda-*"))):
+        dirs += sorted(Path(root).glob("nsight-compute*/extras/python"))
+    dirs += sorted(Path("/opt/nvidia/nsight-compute").glob("*/extras/python"))
+    return [d for d in dict.fromkeys(dirs) if (d / "ncu_report.py").is_file()]
+
+
+def import_ncu_report():
+    """The ncu_report module: the ncu-report package, else Nsight Compute's own copy."""
+    try:
+        import ncu_report
+
+        return ncu_report
+    except ImportError as e:
+        first = e
+    for d in ncu_python_dirs():
+        sys.path.insert(0, str(d))
+        try:
+            import ncu_report
+
+            return ncu_report
+        except ImportError:
+            sys.path.remove(str(d))
+    raise ProfileError(
+        f"the ncu_report module is missing ({first}): pip install ncu-report, or install "
+        "Nsight Compute, whose extras/python holds a copy"
+    )
+
+
+def read_report(path: Path) -> tuple[str, list[tuple[str, float | None, str | None]]]:
+    """The first profiled kernel's name and its metrics as (name, value, unit)."""
+    ncu_report = import_ncu_report()
+    ctx = ncu_report.load_report(str(path))
+    if ctx.num_ranges() == 0 or ctx.range_by_idx(0).num_actions() == 0:
+        raise ProfileError(f"{path}: the report holds no profiled kernel")
+    return _action_metrics(ctx.range_by_idx(0).action_by_idx(0))
+
+
+def read_report_all(path: Path) -> tuple[str, list[tuple[str, float | None, str | None]]]:
+    """Every profiled kernel of a report as one (a torch variant's several kernels): the
+    kernel names joined by '; ', counters (``.sum`` metrics) summed over the kernels, the
+    other metrics (ratios, percentages, launch settings) those of the longest kernel."""
+    ncu_report = import_ncu_report()
+    ctx = ncu_report.load_report(str(path))
+    kernels = [
+        _action_metrics(ctx.range_by_idx(r).action_by_idx(a))
+        for r in range(ctx.num_ranges())
+        for a in range(ctx.range_by_idx(r).num_actions())
+    ]
+    if not kernels:
+        raise ProfileError(f"{path}: the report holds no profiled kernel")
+    return combine_kernels(kernels)
+
+
+def combine_kernels(kernels):
+    """(name, metrics) of several kernels as one: see read_report_all."""
+
+    def duration(k):
+        return next((v for n, v, _ in k[1] if n == "gpu__time_duration.sum" and v), 0.0)
+
+    longest = max(kernels, key=duration)
+    out: dict[str, tuple[float | None, str | None]] = {n: (v, u) for n, v, u in longest[1]}
+    for name in out:
+        if name.endswith(".sum"):
+            values = [v for _, m in kernels for n, v, _ in m if n == name and v is not None]
+            out[name] = (sum(values) if values else None, out[name][1])
+    names = "; ".join(dict.fromkeys(k[0] for k in kernels))
+    return names, [(n, v, u) for n, (v, u) in sorted(out.items())]
+
+
+def _action_metrics(action) -> tuple[str, list[tuple[str, float | None, str | None]]]:
+    rows = []
+    for name in sorted(action.metric_names()):
+        metric = action.metric_by_name(name)
+        try:
+            value = float(metric.value())
+        except (TypeError, ValueError):
+            continue  # strings (device names, section descriptions) are not metrics
+        if math.isnan(value):
+            value = None
+        rows.append((name, value, metric.unit() or None))
+    return action.name(), rows
+
+
+def profile_variant(
+    project,
+    study,
+    variant,
+    cubin: Path,
+    sizes,
+    report_dir: Path,
+    slot_uuid: str,
+    log=lambda s: print(s, file=sys.stderr, flush=True),
+    skip: dict[str, tuple[str, str]] | None = None,
+) -> list[dict]:
+    """Profile ``variant`` at each size in its own ncu process; rows of the profile table.
+
+    ``skip`` maps size labels the bench found failing to (kind, reason): they are not run
+    again, and get one ``not_run`` row. An ncu run that fails or runs past timeouts.ncu_s
+    gets one ``failed`` row (kind tool or hang), and the other sizes go on.
+    """
+    from kernelbook import gpu, problems
+    from kernelbook.provenance import sha256_source
+
+    problem = problems.get(study.problem)
+    facts = gpu.device_facts(slot_uuid)
+    version = ncu_version()
+    timeout = tool_limit(project.settings, "ncu_s")
+    prov = {
+        "study": study.name,
+        "variant": variant.id,
+        "clock_control": study.profile.get("clock_control", "none"),
+        "gpu_name": facts["gpu_name"],
+        "gpu_uuid": facts["gpu_uuid"],
+        "driver_version": facts["driver_version"],
+        "ncu_version": version,
+        "source_sha256": sha256_source(project.root / variant.source),
+        "git_commit": provenance.git_commit(project.root),
+    }
+    env = {**os.environ, "KERNELBOOK_SLOT_HELD": "1", "CUDA_VISIBLE_DEVICES": slot_uuid}
+    report_dir.mkdir(parents=True, exist_ok=True)
+    skip = skip or {}
+    rows = []
+
+    def marker(s, label, status, kind, reason):
+        log(f"{study.name}/{variant.id} at {label}: {status.replace('_', ' ')} ({kind}): {reason}")
+        rows.append(
+            {
+                **prov,
+                **s,
+                "size": label,
+                "status": status,
+                "reason": reason,
+                "failure": kind,
+                "metric": None,
+                "value": None,
+                "unit": None,
+                "kernel": None,
+                "report": None,
+                "measured_at": provenance.now(),
+            }
+        )
+
+    for s in sizes:
+        label = problem.label(s)
+        where = f"{study.name}/{variant.id} at {label}"
+        unmet = variant.unmet(s)
+        if unmet:
+            log(f"{where}: not profiled, requires {' and '.join(unmet)}")
+            continue
+        if label in skip:
+            kind, why = skip[label]
+            marker(s, label, "not_run", kind, f"not profiled: the bench failed here ({why})")
+            continue
+        report = report_dir / label
+        launch = launch_command(project, study, variant, label, cubin)
+        # a torch variant, or one of several kernels (then:): every kernel of the launch's
+        # NVTX range, summed as one; otherwise the one kernel named by the entry
+        by_range = variant.kind == "torch" or bool(variant.then)
+        try:
+            run_ncu(
+                None if by_range else variant.entry,
+                report,
+                launch,
+                study.profile,
+                where,
+                env,
+                timeout,
+            )
+            read = read_report_all if by_range else read_report
+            kernel, metrics = read(Path(str(report) + ".ncu-rep"))
+        except ToolTimeout as e:
+            marker(s, label, "failed", "hang", str(e))
+            continue
+        except ProfileError as e:
+            marker(s, label, "failed", "tool", str(e))
+            continue
+        log(f"{where}: {len(metrics)} metrics from {report.name}.ncu-rep")
+        now = provenance.now()
+        for name, value, unit in metrics:
+            rows.append(
+                {
+                    **prov,
+                    **s,
+                    "size": label,
+                    "status": "ok",
+                    "reason": None,
+                    "failure": None,
+                    "metric": name,
+                    "value": value,
+                    "unit": unit,
+                    "kernel": kernel,
+                    "report": f"{report.name}.ncu-rep",
+                    "measured_at": now,
+                }
+            )
+    return rows
+
+
+def profiled(profile: pd.DataFrame) -> pd.DataFrame:
+    """The metric rows of a profile table (not_run and failed rows hold no metric)."""
+    if "status" not in profile.columns:
+        return profile
+    return profile[profile["status"].isna() | (profile["status"] == "ok")]

@@ -1,0 +1,213 @@
+"""compute-sanitizer: run each tool on one variant at a small size, read its findings."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+from dataclasses import dataclass
+
+from kernelbook import provenance
+from kernelbook.config import tool_limit
+from kernelbook.launch.process import launch_command
+from kernelbook.procs import ToolTimeout, run_tool
+
+TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
+# A negative control's `expect` that a sanitizer tool must report (else the gate fails).
+EXPECT_TOOL = {"out_of_bounds": "memcheck", "race": "racecheck"}
+# Bench failures after which the sanitizer is not run: nothing would come of it but a
+# time-out (hang) or the same error (no cubin, no kernel to load).
+NOT_RERUN = frozenset({"hang", "compile", "launch", "no_winner"})
+
+_SUMMARY = re.compile(r"=+ ERROR SUMMARY: (\d+) errors?")
+_RACE_SUMMARY = re.compile(
+    r"=+ RACECHECK SUMMARY: (\d+) hazards? displayed \((\d+) errors?, (\d+) warnings?\)"
+)
+_FINDING = re.compile(
+    r"^=+ (Invalid .*|Error: .*|Warning: .*|Uninitialized .*|Barrier .*|.*[Hh]azard.*|"
+    r"Program hit .*|Race reported .*)$"
+)
+_AT = re.compile(r"^=+\s+at (.+)$")
+
+
+class SanitizeError(RuntimeError):
+    """compute-sanitizer could not run, or printed no summary to read."""
+
+
+@dataclass(frozen=True)
+class Findings:
+    tool: str
+    errors: int
+    warnings: int
+    first: str | None
+
+
+def parse(tool: str, text: str) -> Findings:
+    """compute-sanitizer's output (one tool) into counts and the first finding with its line."""
+    lines = [line.rstrip() for line in text.splitlines()]
+    first = None
+    for i, line in enumerate(lines):
+        m = _FINDING.match(line)
+        if m and "SUMMARY" not in line:
+            where = next(
+                (_AT.match(nxt).group(1) for nxt in lines[i + 1 : i + 4] if _AT.match(nxt)), None
+            )
+            first = m.group(1).strip() + (f" at {where}" if where else "")
+            break
+    race = _RACE_SUMMARY.search(text)
+    if race:
+        return Findings(tool, int(race.group(2)), int(race.group(3)), first)
+    summary = _SUMMARY.search(text)
+    if summary:
+        return Findings(tool, int(summary.group(1)), 0, first)
+    raise SanitizeError(f"{tool}: no summary line in compute-sanitizer's output:\n{text[-2000:]}")
+
+
+def sanitizer_exe() -> str:
+    exe = shutil.which("compute-sanitizer")
+    if not exe:
+        raise SanitizeError("compute-sanitizer is not on PATH")
+    return exe
+
+
+def sanitizer_command(exe: str, tool: str, launch: list[str], padding: int = 0) -> list[str]:
+    """compute-sanitizer running one tool on a launch; memcheck pads every allocation."""
+    cmd = [exe, "--tool", tool, "--print-limit", "20"]
+    if tool == "memcheck" and padding:
+        cmd += ["--padding", str(padding)]
+    return cmd + list(launch)
+
+
+def sanitize_variant(
+    project,
+    study,
+    variant,
+    cubin,
+    size,
+    slot_uuid,
+    tools=TOOLS,
+    log=lambda s: print(s, file=sys.stderr, flush=True),
+    skip: tuple[str, str] | None = None,
+    expect: str | None = None,
+    failed: tuple[str, str] | None = None,
+) -> list[dict]:
+    """Each tool on ``variant`` at ``size``, in its own process group, within
+    timeouts.sanitizer_s. ``skip`` (kind, reason): the bench found it hangs or cannot run,
+    so each tool gets a ``not_run`` row instead. ``failed`` (kind, reason): the bench found
+    it failing at some size; the tools run once to say where, within the shorter
+    timeouts.failed_sanitizer_s, and a tool still running then gets a ``not_run`` row that
+    says so. ``expect``: the declared variant's `expect` (a negative control's findings are
+    ``expected``, not ``findings``)."""
+    from kernelbook import gpu, problems
+    from kernelbook.provenance import sha256_source
+
+    problem = problems.get(study.problem)
+    label = problem.label(size)
+    facts = gpu.device_facts(slot_uuid)
+    env = {**os.environ, "KERNELBOOK_SLOT_HELD": "1", "CUDA_VISIBLE_DEVICES": slot_uuid}
+    known = variant.known_findings
+    timeout = tool_limit(project.settings, "sanitizer_s")
+    setting = "timeouts.sanitizer_s"
+    if failed is not None:
+        timeout = min(timeout, tool_limit(project.settings, "failed_sanitizer_s"))
+        setting = "timeouts.failed_sanitizer_s"
+    where = f"{study.name}/{variant.id} at {label}"
+
+    def sanitize_with(tool) -> tuple[Findings, int, str | None]:
+        """(findings, exit code, verdict when not read from the findings)."""
+        if skip is not None:
+            return Findings(tool, 0, 0, f"not run: the bench failed ({skip[1]})"), -1, "not_run"
+        launch = launch_command(project, study, variant, label, cubin, "--exact")
+        padding = project.settings["sanitize"]["padding_bytes"]
+        cmd = sanitizer_command(sanitizer_exe(), tool, launch, padding)
+        try:
+            proc = run_tool(
+                cmd,
+                timeout=timeout,
+                what=f"{where}: {tool}",
+                setting=setting,
+                env=env,
+            )
+        except ToolTimeout as e:
+            if failed is not None:  # the bench's failure is the finding; this is no hang
+                why = f"stopped after {timeout:g} s ({setting}): the bench found it failing"
+                return Findings(tool, 0, 0, f"{why} ({failed[0]}: {failed[1]})"), -1, "not_run"
+            return Findings(tool, 0, 0, str(e)), -1, "hang"
+        try:
+            return parse(tool, proc.stdout + proc.stderr), proc.returncode, None
+        except SanitizeError as e:
+            return Findings(tool, 0, 0, f"{where}: {e}"), proc.returncode, "failed"
+
+    # The tools check correctness, not time: they run side by side, each its own process
+    # group with its own time limit.
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=len(tools) or 1) as pool:
+        results = list(pool.map(sanitize_with, tools))
+    rows = []
+    for tool, (f, code, verdict) in zip(tools, results, strict=True):
+        if verdict is None:
+            if f.errors == 0 and f.warnings == 0:
+                verdict = "clean"
+            elif tool in known:
+                verdict = "known"
+            elif expect is not None:
+                verdict = "expected"
+            else:
+                verdict = "findings"
+        log(
+            f"{where}: {tool}: {f.errors} errors, {f.warnings} warnings -> {verdict}"
+            + (f" ({f.first})" if f.first else "")
+        )
+        rows.append(
+            {
+                "study": study.name,
+                "variant": variant.id,
+                **size,
+                "size": label,
+                "tool": tool,
+                "errors": f.errors,
+                "warnings": f.warnings,
+                "first_finding": f.first,
+                "verdict": verdict,
+                "known_reason": known.get(tool),
+                "exit_code": code,
+                "gpu_name": facts["gpu_name"],
+                "gpu_uuid": facts["gpu_uuid"],
+                "source_sha256": sha256_source(project.root / variant.source),
+                "git_commit": provenance.git_commit(project.root),
+                "measured_at": provenance.now(),
+            }
+        )
+    return rows
+
+
+def gate(table, study_name: str, expects: dict[str, str | None] | None = None) -> list[str]:
+    """Unexplained findings in a study's sanitizer table, one line each (empty: all clean).
+
+    Findings, hangs and failed runs of a negative control (a variant with ``expect``) are
+    expected; a control whose `expect` names what a tool catches (EXPECT_TOOL) fails the
+    gate when that tool finds nothing. A ``not_run`` row is the bench gate's to report.
+    """
+    expects = expects or {}
+    out = []
+    for r in table.itertuples():
+        expect = expects.get(r.variant)
+        if r.verdict in ("findings", "hang", "failed") and expect is None:
+            what = (
+                f"reports {r.errors} error(s), {r.warnings} warning(s)"
+                if r.verdict == "findings"
+                else ("ran out of time" if r.verdict == "hang" else "failed")
+            )
+            out.append(
+                f"{study_name}/{r.variant} at {r.size}: {r.tool} {what}: "
+                f"{r.first_finding or 'see its log'}"
+            )
+        elif EXPECT_TOOL.get(expect) == r.tool and r.verdict in ("clean", "not_run"):
+            out.append(
+                f"{study_name}/{r.variant} at {r.size}: declared expect: {expect} (a negative "
+                f"control), but {r.tool} "
+                + ("found nothing" if r.verdict == "clean" else "did not run")
+            )
+    return out

@@ -1,0 +1,181 @@
+"""Publishing a study: its tables, figures and page copied from results/ into worklogs/, and
+pages rendered again from published data.
+
+    results/<gpu>/<study>/            what a run on a GPU wrote (not committed)
+    worklogs/<gpu>/<study>/           what publish copies there (committed):
+        README.md                     the page (named so that the folder shows it)
+        worklog.html                  the same page, standalone
+        figures/                      PNG + SVG of every figure on the page
+        data/                         the tables (Parquet) and study.json the page was made from
+    worklogs/README.md                the index (kernelbook.report.index)
+
+Through the command line (kernelbook.cli), for the rules and anyone without the DAG:
+    kernelbook publish GPU/STUDY ...   copy results into worklogs/, re-index
+    kernelbook render GPU/STUDY ...    render published pages again from their data/
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from kernelbook.layout import (
+    DATA_TABLES,
+    published,
+    published_paths,
+    result_paths,
+)
+from kernelbook.report.index import index, write_index  # noqa: F401  (index: tests/test_slurm.py)
+from kernelbook.report.sources import PAGE_ONLY
+
+
+class PublishError(RuntimeError):
+    """Something to publish is missing; the message names the file."""
+
+
+# ------------------------------------------------------------------------------------------
+# Publish
+
+
+def publish(results: str | Path, worklogs: str | Path, gpu: str, study: str) -> Path:
+    """Copy one study's tables, figures and worklog from results/ into worklogs/ (replacing)."""
+    src = result_paths(results, gpu, study)
+    required = ("measurements", "device", "build", "sass", "meta", "md", "html", "figures")
+    missing = [str(src[k]) for k in required if not src[k].exists()]
+    if missing:
+        raise PublishError(
+            f"cannot publish {gpu}/{study}: missing {', '.join(missing)} (run "
+            "`snakemake --cores 1 all` on the GPU first)"
+        )
+    dest = Path(worklogs) / gpu / study
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{study}.", dir=dest.parent))
+    tmp.chmod(0o755)  # mkdtemp makes it private; published data is for everyone
+    try:
+        (tmp / "data").mkdir()
+        for name in DATA_TABLES:
+            if src[name].is_file():
+                shutil.copyfile(src[name], tmp / "data" / f"{name}.parquet")
+        shutil.copy2(src["meta"], tmp / "data" / "study.json")
+        shutil.copytree(src["figures"], tmp / "figures")
+        shutil.copy2(src["md"], tmp / "README.md")
+        shutil.copy2(src["html"], tmp / "worklog.html")
+        old = None
+        if dest.exists():
+            old = dest.parent / f".{study}.old"
+            if old.exists():
+                shutil.rmtree(old)
+            os.replace(dest, old)
+        os.replace(tmp, dest)
+        if old is not None:
+            shutil.rmtree(old)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return dest
+
+
+def render_tables(tables: dict[str, Path], outdir: Path, study: str, analysis="analysis"):
+    """<outdir>/worklog.md, worklog.html and figures/ as measured, from these tables, with the
+    study's own figures when analysis/<study>.ipynb exists: the page rule worklog makes."""
+    from kernelbook.report import notebook, worklog
+
+    tables = {k: Path(v) for k, v in tables.items() if Path(v).exists()}
+    study_nb = Path(analysis) / f"{study}.ipynb"
+    with tempfile.TemporaryDirectory(prefix="kernelbook-render-") as tmp:
+        extra = None
+        if study_nb.is_file():
+            extra = Path(tmp) / "study_figures"
+            own = {k: v for k, v in tables.items() if k not in PAGE_ONLY}  # as rule study_figures
+            job = notebook.job(own, {"figures": extra}, {"mode": "measured"})
+            notebook.run(study_nb, job, Path(tmp) / f"{study}.ipynb")
+        worklog.render(tables, outdir, mode="measured", study_figures=extra)
+
+
+def render_results(results, gpu: str, study: str, configfile="config/config.yaml") -> Path:
+    """Render results/<gpu>/<study>/worklog.* without Snakemake, as measured."""
+    from kernelbook import config as cfg
+    from kernelbook.report import meta
+
+    paths = result_paths(results, gpu, study)
+    if not paths["measurements"].is_file():
+        raise PublishError(f"cannot render {gpu}/{study}: {paths['measurements']} not found")
+    project = cfg.load_project_file(configfile, overrides={"studies": [study]})
+    if not paths["meta"].is_file():
+        meta.write_meta(project.study(study), project.root, paths["meta"])
+    names = (*DATA_TABLES, "meta")
+    tables = {k: paths[k] for k in names}
+    render_tables(tables, paths["md"].parent, study, project.root / "analysis")
+    return paths["md"]
+
+
+def render_published(worklogs, gpu: str, study: str, analysis="analysis", out=None) -> Path:
+    """Render a published page again from its data/ with the current code, in place (or
+    into ``out``): README.md, worklog.html and figures/. Returns the page."""
+    p = published_paths(worklogs, gpu, study)
+    if not p["measurements"].is_file():
+        raise PublishError(f"cannot render {gpu}/{study}: {p['measurements']} not found")
+    dest = Path(out) if out is not None else p["md"].parent
+    with tempfile.TemporaryDirectory(prefix="kernelbook-render-") as tmp:
+        tmp = Path(tmp)
+        render_tables({k: p[k] for k in (*DATA_TABLES, "meta")}, tmp, study, analysis)
+        dest.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(tmp / "worklog.md", dest / "README.md")
+        shutil.copyfile(tmp / "worklog.html", dest / "worklog.html")
+        if (dest / "figures").exists():
+            shutil.rmtree(dest / "figures")
+        shutil.copytree(tmp / "figures", dest / "figures")
+    return dest / "README.md"
+
+
+# ------------------------------------------------------------------------------------------
+# The verbs `kernelbook publish` and `kernelbook render`
+
+
+def publish_pairs(
+    results: str | Path,
+    worklogs: str | Path,
+    pairs: list[str],
+    render: bool = False,
+    configfile: str | Path = "config/config.yaml",
+    why_none: str = "",
+) -> int:
+    """Publish each GPU/STUDY of ``pairs`` (rendering it first with ``render``), then write the
+    index; says what it did. 1 when something to publish is missing, else 0."""
+    try:
+        if not pairs:
+            print(
+                "kernelbook publish: nothing measured here to publish"
+                + (f" ({why_none})" if why_none else "")
+            )
+        for pair in pairs:
+            gpu, _, study = pair.partition("/")
+            if render:
+                render_results(results, gpu, study, configfile)
+            dest = publish(results, worklogs, gpu, study)
+            print(f"kernelbook publish: {gpu}/{study} -> {dest}/")
+    except PublishError as e:
+        print(f"kernelbook: error: {e}", file=sys.stderr)
+        return 1
+    path = write_index(worklogs)
+    print(f"kernelbook publish: index of {len(published(worklogs))} worklog(s): {path}")
+    return 0
+
+
+def render_pairs(
+    worklogs: str | Path, pairs: list[str], configfile: str | Path = "config/config.yaml"
+) -> int:
+    """Render each published GPU/STUDY of ``pairs`` again from its data/, in place."""
+    analysis = Path(configfile).resolve().parent.parent / "analysis"
+    try:
+        for pair in pairs:
+            gpu, _, study = pair.partition("/")
+            page = render_published(worklogs, gpu, study, analysis)
+            print(f"kernelbook publish: {gpu}/{study} rendered again: {page}")
+    except PublishError as e:
+        print(f"kernelbook: error: {e}", file=sys.stderr)
+        return 1
+    return 0

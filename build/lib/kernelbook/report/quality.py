@@ -1,0 +1,254 @@
+"""How trustworthy a study's numbers are, for its page: the baseline's spread across jobs,
+how the stopping rule ended each measurement, the raw samples at the headline size, what
+the pipeline itself cost (kernelbook.report.pipeline_cost), and the same study before and after a
+change of method."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from kernelbook.report import pipeline_cost, plot
+
+# The stable-denominator bound: a baseline's median at one size may spread by at most this
+# (max over min) across the jobs of one run; the page flags sizes above it.
+SPREAD_BOUND_PCT = 2.0
+
+
+def baseline_spread(meas: pd.DataFrame) -> pd.DataFrame:
+    """Per size: how many jobs timed the baseline, and its median's min, median, max and
+    spread (max / min - 1) across them."""
+    ok = meas[(meas["status"] == "ok") & meas["baseline_median_ms"].notna()]
+    if ok.empty:
+        return pd.DataFrame(columns=["size", "jobs", "min_ms", "median_ms", "max_ms", "spread_pct"])
+    g = ok.groupby("size", sort=False)["baseline_median_ms"]
+    out = pd.DataFrame(
+        {
+            "jobs": g.size(),
+            "min_ms": g.min(),
+            "median_ms": g.median(),
+            "max_ms": g.max(),
+        }
+    )
+    out["spread_pct"] = 100.0 * (out["max_ms"] / out["min_ms"] - 1.0)
+    order = ok.drop_duplicates("size").sort_values(["flop", "bytes_min"], kind="stable")["size"]
+    return out.loc[list(order)].reset_index(names="size")
+
+
+def stop_reasons(meas: pd.DataFrame) -> str:
+    """'354 of 354 converged (converged 354)', or a dash for tables measured before the
+    stopping rule recorded why it stopped."""
+    ok = meas[meas["status"] == "ok"]
+    if ok.empty:
+        return "-"
+    conv = int(ok["converged"].fillna(False).astype(bool).sum())
+    text = f"{conv} of {len(ok)} converged"
+    if "stop_reason" in ok and ok["stop_reason"].notna().any():
+        counts = ok["stop_reason"].fillna("not recorded").value_counts()
+        text += " (" + ", ".join(f"{k} {v}" for k, v in counts.items()) + ")"
+    return text
+
+
+def timer_description(meas: pd.DataFrame) -> str:
+    """What the rows' headline times are, by instrument (timing_method)."""
+    methods = set(meas["timing_method"].dropna()) if "timing_method" in meas else set()
+    said = []
+    if "cupti" in methods:
+        said.append(
+            "kernel time from CUPTI activity records (each call's first kernel start to its "
+            "last kernel end), the blocking-kernel CUDA events beside it (event_median_ms)"
+        )
+    if "host" in methods:
+        said.append("host wall time per call over back-to-back calls, one sync at the end")
+    if methods - {"cupti", "host"} or not said:
+        if "blocking_kernel" in meas and meas["blocking_kernel"].fillna(False).astype(bool).any():
+            said.append(
+                "CUDA events, each sample queued behind a blocking kernel (no host time in it)"
+            )
+        else:
+            said.append(
+                "CUDA events, launched by the host after the flush (before the blocking-kernel "
+                "timer)"
+            )
+    return "; ".join(said)
+
+
+def sample_rows(meas: pd.DataFrame, samples: pd.DataFrame, size: str) -> pd.DataFrame:
+    """The samples behind each non-candidate row at ``size``, labelled with the row's
+    variant: a tuned row's samples are those of the candidate that won (tuned_from)."""
+    rows = meas[(meas["size"] == size) & (meas["status"] == "ok")]
+    rows = rows[rows["variant_kind"] != "candidate"]
+    out = []
+    for r in rows.itertuples():
+        job = (
+            r.tuned_from
+            if r.variant_kind == "tuned" and isinstance(r.tuned_from, str)
+            else r.variant
+        )
+        s = samples[(samples["variant"] == job) & (samples["size"] == size)]
+        if len(s):
+            out.append(s.assign(row=r.variant))
+    return pd.concat(out, ignore_index=True) if out else samples.iloc[0:0].assign(row=[])
+
+
+def distribution(
+    meas: pd.DataFrame, samples: pd.DataFrame | None, order: list[str], outdir, *, size_label: str
+) -> plot.Figure:
+    """Every sample at the headline size, relative to its own median, variant and baseline."""
+    if samples is None or samples.empty:
+        raise plot.NoData("no samples table (samples.parquet) for this study")
+    s = sample_rows(meas, samples, size_label)
+    if s.empty:
+        raise plot.NoData(f"no samples at {size_label}")
+    vs = [v for v in order if v in set(s["row"])]
+    med = s.groupby(["row", "function"])["ms"].transform("median")
+    s = s.assign(
+        rel=100.0 * (s["ms"] / med - 1.0), pos=s["row"].map({v: i for i, v in enumerate(vs)})
+    )
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.7 * len(vs) + 2.5), 4.4))
+    shift = {"variant": -0.2, "baseline": 0.0, "copy": 0.2}
+    colors = {"variant": "tab:blue", "baseline": "tab:gray", "copy": "tab:green"}
+    rng = np.random.default_rng(0)  # jitter only: the figure is the same every render
+    for fn, part in s.groupby("function"):
+        x = part["pos"] + shift.get(fn, 0.0) + rng.uniform(-0.07, 0.07, len(part))
+        ax.scatter(x, part["rel"], s=4, alpha=0.35, color=colors.get(fn, "black"), label=fn)
+    ax.axhline(0, color="black", linewidth=0.6)
+    lo, hi = np.percentile(s["rel"], [0.5, 99.5])
+    ax.set_ylim(min(lo, -1.0) * 1.2, max(hi, 1.0) * 1.2)
+    ax.set_xticks(range(len(vs)), vs, rotation=30, ha="right")
+    ax.set_ylabel("sample vs its median (%)")
+    ax.set_title(f"Every timed sample at {size_label}")
+    ax.legend(loc="upper right", markerscale=3, fontsize=7)
+    caption = (
+        "Each dot is one timed launch (cold L2), relative to the median of its own "
+        "measurement; the baseline (and the copy, for bandwidth-bound studies) was sampled "
+        "alternately with the variant in the same job. The 0.5 to 99.5 percentiles are shown."
+    )
+    return plot.save(
+        fig, outdir, "distribution", "Sample distribution at the headline size", caption
+    )
+
+
+def spread_section(meas: pd.DataFrame, baseline: str, fmt) -> list[str]:
+    t = baseline_spread(meas)
+    if t.empty:
+        return []
+    over = t[t["spread_pct"] > SPREAD_BOUND_PCT]
+    L = [
+        "## The baseline across jobs",
+        "",
+        f"Every job times {baseline} beside its variant. How much its median moves between the "
+        f"jobs of this run (spread: max over min, minus one; the bound is {SPREAD_BOUND_PCT:g} %):",
+        "",
+        "| size | jobs | min ms | median ms | max ms | spread % |",
+        "|---|--:|--:|--:|--:|--:|",
+    ]
+    L += [
+        f"| {r.size} | {r.jobs} | {fmt(r.min_ms)} | {fmt(r.median_ms)} | {fmt(r.max_ms)} | "
+        f"{'**' if r.spread_pct > SPREAD_BOUND_PCT else ''}{fmt(r.spread_pct, 3)}"
+        f"{'**' if r.spread_pct > SPREAD_BOUND_PCT else ''} |"
+        for r in t.itertuples()
+    ]
+    L.append("")
+    if len(over):
+        L.append(
+            f"Over the bound at {', '.join(over['size'])}: the shortest baselines, where a "
+            "spread of a few hundred nanoseconds is a few percent."
+        )
+        L.append("")
+    return L
+
+
+def stages_section(table: pd.DataFrame | None, fmt) -> list[str]:
+    if table is None or table.empty:
+        return []
+    rows = pipeline_cost.summary(table)
+    L = [
+        "## What the pipeline cost",
+        "",
+        "Wall-clock seconds of the jobs this study's tables come from (Snakemake's "
+        "`benchmark:` files; jobs of one stage may have run side by side, and a GPU job's "
+        "time includes its wait for the GPU's lock):",
+        "",
+        "| stage | jobs | job seconds | longest job | its seconds |",
+        "|---|--:|--:|---|--:|",
+    ]
+    L += [
+        f"| {r['stage']} | {r['jobs']} | {fmt(r['seconds'], 3)} | {r['longest_job']} | "
+        f"{fmt(r['longest_seconds'], 3)} |"
+        for r in rows
+    ]
+    L.append("")
+    return L
+
+
+# ------------------------------------------------------------------------------------------
+# Before and after a change of method: the same study published at two commits
+
+
+def compared_sizes(meas: pd.DataFrame, headline: str | None) -> list[str]:
+    """The study's two smallest sizes (by bytes, then FLOPs) and its headline size."""
+    ok = meas[meas["status"] == "ok"].drop_duplicates("size")
+    order = list(ok.sort_values(["bytes_min", "flop"], kind="stable")["size"])
+    picked = order[:2] + ([headline] if headline and headline not in order[:2] else [])
+    return picked
+
+
+def before_after(before: pd.DataFrame, after: pd.DataFrame, headline: str | None) -> str:
+    """Markdown: each variant's % of baseline (of copy, for bandwidth-bound studies) before
+    and after, at the two smallest sizes and the headline size."""
+
+    def pivot(m):
+        m = m[(m["status"] == "ok") & (m["variant_kind"] != "candidate")]
+        col = "pct_of_copy" if m["pct_of_copy"].notna().any() else "pct_of_baseline"
+        return m.pivot_table(index="variant", columns="size", values=col), col
+
+    a, col = pivot(before)
+    b, _ = pivot(after)
+    sizes = compared_sizes(after, headline)
+    what = "% of copy" if col == "pct_of_copy" else "% of baseline"
+
+    def cell(t, v, s):
+        x = t.loc[v, s] if v in t.index and s in t.columns else float("nan")
+        return "-" if pd.isna(x) else f"{x:.1f}"
+
+    lines = [
+        "| variant | " + " | ".join(f"{s}: before -> after" for s in sizes) + " |",
+        "|---|" + "--:|" * len(sizes),
+    ]
+    for v in sorted(set(a.index) | set(b.index)):
+        lines.append(
+            f"| {v} | " + " | ".join(f"{cell(a, v, s)} -> {cell(b, v, s)}" for s in sizes) + " |"
+        )
+    return f"{what} ({col})\n\n" + "\n".join(lines) + "\n"
+
+
+def write_before_after(rev: str, folders) -> int:
+    """`kernelbook before-after REV worklogs/<gpu>/<study> ...`: write each folder's
+    before-after.md, comparing the measurements published at git revision REV with those
+    published now."""
+    import io
+    import json
+    import subprocess
+    from pathlib import Path
+
+    for folder in map(Path, folders):
+        data = folder / "data" / "measurements.parquet"
+        old = subprocess.run(
+            ["git", "show", f"{rev}:{data.as_posix()}"], capture_output=True, check=True
+        ).stdout
+        before, after = pd.read_parquet(io.BytesIO(old)), pd.read_parquet(data)
+        meta = json.loads((folder / "data" / "study.json").read_text())
+        commit = ", ".join(sorted(set(after["git_commit"].astype(str))))
+        was = ", ".join(sorted(set(before["git_commit"].astype(str))))
+        text = (
+            f"# {folder.name} on {folder.parent.name}: before and after\n\n"
+            f"Before: the measurements published at {rev} (measured at {was}). After: "
+            f"those in data/ (measured at {commit}).\n\n"
+            + before_after(before, after, meta.get("headline"))
+            + f"\nRegenerate: `kernelbook before-after {rev} {folder}`\n"
+        )
+        (folder / "before-after.md").write_text(text)
+        print(f"{folder}/before-after.md")
+    return 0

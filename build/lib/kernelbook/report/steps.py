@@ -1,0 +1,232 @@
+"""The ladder step by step: its table at the headline size, and one section per variant (what
+changed, prediction, model, measurement, profiler deltas, resources, sanitizer)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from kernelbook.report.data import (
+    StudyData,
+    candidate_id,
+    headline_size,
+    metric_deltas,
+    variant_info,
+)
+from kernelbook.report.markdown import (
+    DASH,
+    as_float,
+    esc,
+    fmt,
+    inline_code,
+    is_true,
+    isnull,
+    md_table,
+    point_label,
+)
+
+
+def ladder_table(data, order, head, base, unit, fom) -> str:
+    # bandwidth studies also show the variant against a device copy of the same bytes
+    copy = fom == "gbps" and "pct_of_copy" in head
+    rows = []
+    prev_ms = None
+    for v in order:
+        info = variant_info(data, v)
+        pred = (info.get("predict") or {}).get("pct_of_baseline")
+        if v not in head.index:
+            rows.append(
+                [v, "not measured", DASH, DASH, DASH, *([DASH] if copy else []), fmt(pred), DASH]
+            )
+            continue
+        r = head.loc[v]
+        ms = as_float(r["median_ms"])
+        step = fmt(prev_ms / ms) if (prev_ms and ms) else DASH
+        rows.append(
+            [
+                v,
+                r["status"] + (" (throttled)" if is_true(r.get("throttled")) else ""),
+                fmt(r["median_ms"]),
+                fmt(r.get(fom)),
+                fmt(r["pct_of_baseline"]),
+                *([fmt(r.get("pct_of_copy"))] if copy else []),
+                fmt(pred),
+                step,
+            ]
+        )
+        if r["status"] == "ok" and ms:
+            prev_ms = ms
+    heads = ["variant", "status", "median ms", unit, f"% of {base}"]
+    heads += ["% of copy"] if copy else []
+    heads += ["predicted %", "x previous"]
+    return md_table(heads, rows, "ll" + "r" * (len(heads) - 2))
+
+
+def variant_section(data, v, prev, head, base, unit, fom) -> list[str]:
+    info = variant_info(data, v)
+    L = [f"### {v}", ""]
+    if info.get("says"):
+        L += [f"**What changed.** {info['says']}", ""]
+    if info.get("header"):
+        src = info.get("source") or ""
+        L += [f"From `{src}`:" if src else "From the kernel file:", ""]
+        L += ["```text", info["header"], "```", ""]
+    if info.get("tuned"):
+        space = info.get("tune_space") or {}
+        dims = ", ".join(f"{k} in {vals}" for k, vals in space.items())
+        meas = data.measurements
+        conf = (
+            meas[(meas["variant"] == v) & meas["selected_median_ms"].notna()]
+            if "selected_median_ms" in meas.columns
+            else meas.iloc[:0]
+        )
+        if len(conf):
+            bias = ", ".join(
+                f"{r['size']}: {r['selected_median_ms']:.4g} ms in its tuning job, "
+                f"{r['median_ms']:.4g} ms again"
+                for _, r in conf.iterrows()
+            )
+            picked = (
+                f"; at {', '.join(info['tune_sizes'])} the fastest correct candidate wins and "
+                "is timed again in the variant's own job, and that re-timing is the variant's "
+                f"row, so the pick of the best of many does not favour a lucky sample ({bias})"
+            )
+        else:
+            picked = (
+                f"; at {', '.join(info['tune_sizes'])} the fastest correct candidate is the "
+                "variant's row"
+            )
+        L += [
+            f"**Autotuned** over {len(info.get('candidates', []))} candidates"
+            + (f" ({dims})" if dims else "")
+            + (
+                f"{picked}, and at the other sizes the winner at {info['sweep_pick']} runs."
+                if info.get("sweep_pick")
+                else (
+                    f"{picked}."
+                    if len(conf)
+                    else "; at each size the fastest correct candidate is the variant's row."
+                )
+            ),
+            "",
+        ]
+    r = head.loc[v] if v in head.index else None
+    size = headline_size(data)
+    pred = info.get("predict") or {}
+    if pred:
+        parts = []
+        for key, p in pred.items():
+            got = as_float(r.get(key)) if r is not None and key in r.index else None
+            label = f"% of {base}" if key == "pct_of_baseline" else key
+            if got is None:
+                parts.append(f"{fmt(p)} {label} (not measured)")
+            else:
+                parts.append(f"{fmt(p)} {label}, measured {fmt(got)} ({fmt(got / p, 3)}x)")
+        L += ["**Prediction.** " + "; ".join(parts) + ".", ""]
+    if r is not None and as_float(r.get("predicted_ms")) is not None:
+        # the three-term model (kernelbook.report.prediction), from the device table
+        got = as_float(r.get("median_ms"))
+        L += [
+            f"**Model at {size}.** {fmt(r['predicted_ms'])} ms, {r.get('predicted_bound')}-bound"
+            + (f"; measured {fmt(got)} ms ({fmt(got / r['predicted_ms'], 3)}x)" if got else "")
+            + ".",
+            "",
+        ]
+    if r is None:
+        L += [f"**Measurement.** Not measured at {size}.", ""]
+    elif r["status"] != "ok":
+        L += [f"**Measurement at {size}.** {r['status']}: {esc(r.get('reason'))}", ""]
+    else:
+        line = (
+            f"**Measurement at {size}.** median {fmt(r['median_ms'])} ms "
+            f"(n {int(r['n_samples'])}, rse {fmt(r['rse_median'] * 100)} %), "
+            f"{fmt(r.get(fom))} {unit}, **{fmt(r['pct_of_baseline'])} % of {base}** "
+            f"({base} {fmt(r['baseline_median_ms'])} ms), rel err {fmt(r['rel_err'])}"
+        )
+        if prev is not None and prev in head.index:
+            p_ms = as_float(head.loc[prev, "median_ms"])
+            if p_ms:
+                line += f"; {fmt(p_ms / float(r['median_ms']), 3)}x the speed of {prev}"
+        if is_true(r.get("throttled")):
+            line += f". **Measured while THROTTLED** ({esc(r.get('throttle_reasons'))})"
+        if r.get("variant_kind") == "tuned" and not isnull(r.get("tune_point")):
+            line += f". Winner here: {point_label(r['tune_point'])}"
+        L += [line + ".", ""]
+    if prev is not None:
+        deltas, psize = metric_deltas(data, prev, v)
+        if deltas:
+            L += [f"**Profiler, against {prev}** (at {psize}; largest changes by ratio):", ""]
+            L.append(
+                md_table(
+                    ["metric", prev, v, "ratio"],
+                    [[esc(n), fmt(a), fmt(b), fmt(q, 3) + "x"] for n, a, b, q in deltas],
+                    "lrrr",
+                )
+            )
+            L.append("")
+    L += _resources(data, v, r)
+    L += _sanitizer(data, v, r)
+    return L
+
+
+def _build_row(data: StudyData, v: str, r) -> pd.Series | None:
+    build = data.table("build")
+    if build is None:
+        return None
+    # a tuned variant's row is its winning candidate's: find that candidate's build
+    if r is not None and not isnull(r.get("tune_point")):
+        hit = build[build["variant"] == candidate_id(v, r["tune_point"])]
+        if len(hit):
+            return hit.iloc[-1]
+    hit = build[build["variant"] == v]
+    if len(hit):
+        return hit.iloc[-1]
+    if r is not None and not isnull(r.get("cubin_sha256")):
+        hit = build[build["cubin_sha256"] == r["cubin_sha256"]]
+        if len(hit):
+            return hit.iloc[-1]
+    return None
+
+
+def _resources(data, v, r) -> list[str]:
+    b = _build_row(data, v, r)
+    if b is None:
+        return []
+    if b.get("status") == "failed":
+        return [f"**Build failed** ({b['variant']}): `{inline_code(str(b['reason'])[:600])}`", ""]
+    spill = int(b["spill_store_bytes"]) + int(b["spill_load_bytes"])
+    text = (
+        f"**Resources** ({b['variant']}): {int(b['registers'])} registers/thread, "
+        f"{int(b['smem_static_bytes'])} B static shared memory, "
+        f"{int(b['spill_store_bytes'])} B spill stores / {int(b['spill_load_bytes'])} B spill "
+        f"loads, {int(b['stack_bytes'])} B stack, {int(b['sass_instructions'])} SASS "
+        "instructions."
+    )
+    if spill:
+        text += " **Spills registers.**"
+    if r is not None and not isnull(r.get("smem_dynamic_bytes")) and r["smem_dynamic_bytes"]:
+        text += f" Dynamic shared memory at launch: {int(r['smem_dynamic_bytes'])} B."
+    return [text, ""]
+
+
+def _sanitizer(data, v, r) -> list[str]:
+    san = data.table("sanitizer")
+    if san is None:
+        return []
+    sub = san[san["variant"] == v]
+    if sub.empty and r is not None and not isnull(r.get("tune_point")):
+        sub = san[san["variant"] == candidate_id(v, r["tune_point"])]
+    if sub.empty:
+        return ["**Sanitizer.** Not run for this variant.", ""]
+    parts = []
+    for _, s in sub.iterrows():
+        if s["verdict"] == "clean":
+            parts.append(f"{s['tool']} clean")
+        else:
+            part = (
+                f"{s['tool']} **{s['verdict']}** ({s['errors']} errors, {s['warnings']} warnings)"
+            )
+            if not isnull(s["first_finding"]):
+                part += f": `{inline_code(s['first_finding'])}`"
+            parts.append(part)
+    sizes = ", ".join(dict.fromkeys(sub["size"]))
+    return [f"**Sanitizer** (at {sizes}): " + "; ".join(parts) + ".", ""]
