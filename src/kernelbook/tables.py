@@ -182,3 +182,13 @@ def canonical(df: pd.DataFrame) -> pd.DataFrame:
     key = pd.DataFrame({i: _sort_key(df[c]) for i, c in enumerate(cols)}, index=df.index)
     order = key.sort_values(list(key.columns), kind="mergesort", na_position="last").index
     return df.loc[order].reset_index(drop=True)
+
+
+def device_values(device: pd.DataFrame | None) -> dict[str, float]:
+    """The device table as one number per quantity (the median of its rows, should a table
+    hold several): the ceilings every roofline, prediction and page reads."""
+    if device is None or device.empty:
+        return {}
+    values = pd.to_numeric(device["value"], errors="coerce")
+    med = values.groupby(device["quantity"]).median().dropna()
+    return {str(k): float(v) for k, v in med.items()}

@@ -286,6 +286,20 @@ def device_lost(rows: list[dict]) -> bool:
     return any(r.get("failure") in DEVICE_LOST for r in rows)
 
 
+def memcpy_launcher(cp, dst, src, nbytes: int, stream_ptr: int):
+    """One device-to-device cudaMemcpyAsync of ``nbytes`` from ``src`` to ``dst`` on the
+    stream: the copy ceiling (the bench's baseline of a bandwidth study, the device table's
+    copy_gbps)."""
+    d2d = cp.cuda.runtime.memcpyDeviceToDevice
+    ptrs = (dst.data.ptr, src.data.ptr)
+
+    def run():
+        cp.cuda.runtime.memcpyAsync(ptrs[0], ptrs[1], nbytes, d2d, stream_ptr)
+
+    run.buffers = (src, dst)  # keep them alive as long as the launcher
+    return run
+
+
 def _copy_launcher(b: Bench, nbytes: float):
     """A device-to-device copy that reads and writes ``nbytes`` in all: the ceiling a
     bandwidth-bound kernel is compared with, at its own byte count, in its own job."""
@@ -293,16 +307,7 @@ def _copy_launcher(b: Bench, nbytes: float):
     half = max(256, int(nbytes // 2) // 256 * 256)
     src = cp.empty(half, dtype=cp.uint8)
     src.fill(1)
-    dst = cp.empty_like(src)
-    d2d = cp.cuda.runtime.memcpyDeviceToDevice
-    ptrs = (dst.data.ptr, src.data.ptr)
-    stream = b.stream.ptr
-
-    def run():
-        cp.cuda.runtime.memcpyAsync(ptrs[0], ptrs[1], half, d2d, stream)
-
-    run.buffers = (src, dst)  # keep them alive as long as the launcher
-    return run
+    return memcpy_launcher(cp, cp.empty_like(src), src, half, b.stream.ptr)
 
 
 def _sample_rows(b: Bench, variant, label: str, stats) -> list[dict]:

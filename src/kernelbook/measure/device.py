@@ -7,6 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kernelbook import gpu, provenance
+from kernelbook.launch.kernel import device_sm_count
+from kernelbook.measure.bench import memcpy_launcher
 from kernelbook.measure.timing import Timer
 
 # FP32 lanes per SM and dense BF16 tensor FLOP per clock per SM, by compute capability.
@@ -46,7 +48,7 @@ def measure_device(project, slot_uuid: str, log: Callable[[str], None] = print) 
         )
         log(f"{quantity}: {value:g} {unit} ({kind})")
 
-    sms = int(props["multiProcessorCount"])
+    sms = device_sm_count()
     add("sm_count", sms, "count", "fact", "cudaDeviceProp.multiProcessorCount")
     add("compute_capability", cc[0] + cc[1] / 10, "", "fact", "cudaDeviceProp.major.minor")
     add("l2_bytes", props["l2CacheSize"], "B", "fact", "cudaDeviceProp.l2CacheSize")
@@ -128,12 +130,7 @@ def measure_device(project, slot_uuid: str, log: Callable[[str], None] = print) 
         src = rng.standard_normal(COPY_BYTES // 4, dtype=cp.float32)
         dst = cp.empty_like(src)
 
-        d2d = cp.cuda.runtime.memcpyDeviceToDevice
-        ptrs = (dst.data.ptr, src.data.ptr)
-
-        def copy():
-            cp.cuda.runtime.memcpyAsync(ptrs[0], ptrs[1], COPY_BYTES, d2d, stream.ptr)
-
+        copy = memcpy_launcher(cp, dst, src, COPY_BYTES, stream.ptr)
         st = timer.measure({"copy": copy}, "device copy")["copy"]
         add(
             "copy_gbps",
@@ -143,7 +140,7 @@ def measure_device(project, slot_uuid: str, log: Callable[[str], None] = print) 
             f"cudaMemcpyAsync device-to-device of {COPY_BYTES} B, bytes read + written over "
             f"the {instrument_text(st)}",
         )
-        del src, dst
+        del src, dst, copy  # the launcher holds the buffers
         cp.get_default_memory_pool().free_all_blocks()
 
         from kernelbook.measure import microbench

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from kernelbook.launch.kernel import device_sm_count
 from kernelbook.measure import cupti, stopping
 from kernelbook.measure.stopping import rse_of_median
 
@@ -257,7 +258,7 @@ class Timer:
         mod = _device_module() if (self.cold or self.blocking) else None
         self._hold = mod.get_function("kb_hold") if self.blocking else None
         self._flush_kernel = mod.get_function("kb_flush") if self.cold else None
-        sms = int(cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["multiProcessorCount"])
+        sms = device_sm_count()
         self._flush_grid = (sms * 4,)
         self._start, self._end = cp.cuda.Event(), cp.cuda.Event()
         self.dropped = 0  # samples dropped: the host outlasted the blocking kernel, or

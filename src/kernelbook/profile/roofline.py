@@ -7,6 +7,7 @@ import math
 
 import pandas as pd
 
+from kernelbook import tables
 from kernelbook.profile.ncu import (
     FLOP_METRICS,
     LDSM_CONFLICTS,
@@ -32,14 +33,14 @@ PEAK_KEYS = {"fp32": "fp32_peak_tflops", "bf16_tensor": "bf16_tensor_peak_tflops
 
 def ceilings(device: pd.DataFrame, peak: str = "fp32") -> dict[str, float]:
     """Bandwidth ceilings and the compute peak of this kind (as ``compute_peak_tflops``)."""
-    q = device.set_index("quantity")["value"]
+    q = tables.device_values(device)
     out = {
-        k: float(q[k])
+        k: q[k]
         for k in ("copy_gbps", "l2_gbps", "l1_gbps", "fp32_peak_tflops", "cublas_fp32_tflops")
-        if k in q.index
+        if k in q
     }
-    if PEAK_KEYS[peak] in q.index:
-        out["compute_peak_tflops"] = float(q[PEAK_KEYS[peak]])
+    if PEAK_KEYS[peak] in q:
+        out["compute_peak_tflops"] = q[PEAK_KEYS[peak]]
     return out
 
 

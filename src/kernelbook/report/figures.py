@@ -254,9 +254,7 @@ def sweep_facets(
 
 def ceilings(device: pd.DataFrame | None) -> dict[str, float]:
     """Ceilings from the device table: measured ones where there are, else theoretical."""
-    if device is None or device.empty:
-        return {}
-    vals = device.groupby("quantity")["value"].median().to_dict()
+    vals = tables.device_values(device)
     out = {}
     for key in (
         "fp32_peak_tflops",
@@ -268,8 +266,8 @@ def ceilings(device: pd.DataFrame | None) -> dict[str, float]:
         "l2_gbps",
         "l1_gbps",
     ):
-        if key in vals and not math.isnan(num(vals[key])):
-            out[key] = float(vals[key])
+        if key in vals:
+            out[key] = vals[key]
     return out
 
 

@@ -29,6 +29,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from kernelbook import tables
+
 TERMS = ("overhead", "memory", "compute")
 COLORS = {"overhead": "#fde0c5", "memory": "#c6dbef", "compute": "#d9f0d3"}
 
@@ -47,12 +49,12 @@ class Ceilings:
 
     @classmethod
     def of(cls, device: pd.DataFrame, source: str = "device table") -> Ceilings:
-        vals = dict(zip(device["quantity"], device["value"], strict=False))
+        vals = tables.device_values(device)
 
         def need(*names):
             for n in names:
-                if n in vals and not pd.isna(vals[n]):
-                    return float(vals[n])
+                if n in vals:
+                    return vals[n]
             raise RegimesError(
                 f"{source}: no {' or '.join(names)} row (measured by `kernelbook device` "
                 "since launch overheads were added: run the device rule again)"
