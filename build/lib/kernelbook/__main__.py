@@ -1,3 +1,0 @@
-from kernelbook.cli import main
-
-raise SystemExit(main())

@@ -1,1 +1,0 @@
-"""nvcc and Triton to a cubin and its build row (registers, shared memory, spills, SASS); no GPU."""

@@ -1,1 +1,0 @@
-"""Nsight Compute and compute-sanitizer runs into rows, and the roofline table."""

@@ -1,2 +1,0 @@
-"""From tables to pages, without a GPU: study.json, figures, the worklog page, the index,
-publishing and staleness."""
