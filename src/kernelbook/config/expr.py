@@ -2,11 +2,12 @@
 
 Launch geometry (``grid: [cdiv(N, BN), cdiv(M, BM)]``), constraints (``M % BM == 0``) and
 derived sizes (``N: M``) are written as Python-like expressions. They are parsed with
-:mod:`ast` and walked here; nothing is handed to ``eval``. Allowed: integer and float
-literals, ``True``/``False``, names given by the caller, ``+ - * / // % **``, unary ``- + not``,
-comparisons (chains too), ``and``/``or``, ``x if c else y``, and the functions ``cdiv``,
-``min``, ``max``, ``abs``, ``log2``, ``is_pow2``. Anything else (attributes, subscripts,
-lambdas, strings, calls to other functions) is rejected with :class:`ExprError`.
+:mod:`ast`, checked, and turned into closures; nothing is handed to ``eval``. Allowed:
+integer and float literals, ``True``/``False``, names given by the caller,
+``+ - * / // % **``, unary ``- + not``, comparisons (chains too), ``and``/``or``,
+``x if c else y``, and the functions ``cdiv``, ``min``, ``max``, ``abs``, ``log2``,
+``is_pow2``. Anything else (attributes, subscripts, lambdas, strings, calls to other
+functions) is rejected with :class:`ExprError`.
 """
 
 from __future__ import annotations
@@ -174,56 +175,94 @@ def evaluate(text: str | int | float | bool, env: Mapping[str, int | float | boo
     """Evaluate an expression (or pass a plain number through) with the names in ``env``."""
     if isinstance(text, bool | int | float):
         return text
-    tree = parse(text)
-    return _eval(tree.body, env)
+    if not isinstance(text, str):
+        raise ExprError(f"expected an expression string, got {type(text).__name__}")
+    return _compiled(text)(env)
 
 
-def _eval(node: ast.AST, env):
+# Loading a study evaluates its few expressions over every size and tuning point, tens of
+# thousands of times: each text becomes, once, a tree of closures that computes exactly what
+# a walk of the tree would (the same checks, in the same order), without a dispatch per node.
+@functools.lru_cache(maxsize=8192)
+def _compiled(text: str):
+    return _closure(parse(text).body)
+
+
+def _closure(node: ast.AST):
     if isinstance(node, ast.Constant):
-        return _bounded(node.value)
+        value = _bounded(node.value)
+        return lambda env: value
     if isinstance(node, ast.Name):
         if node.id in ("True", "False"):
-            return node.id == "True"
-        if node.id not in env:
-            known = ", ".join(sorted(env)) or "none"
-            raise ExprError(f"unknown name '{node.id}' (known: {known})")
-        return env[node.id]
+            truth = node.id == "True"
+            return lambda env: truth
+        name = node.id
+
+        def lookup(env):
+            if name not in env:
+                known = ", ".join(sorted(env)) or "none"
+                raise ExprError(f"unknown name '{name}' (known: {known})")
+            return env[name]
+
+        return lookup
     if isinstance(node, ast.BinOp):
-        left, right = _eval(node.left, env), _eval(node.right, env)
-        if isinstance(node.op, ast.Pow) and _pow_too_large(left, right):
-            raise ExprError(f"power {left}**{right} is too large")
-        if isinstance(node.op, ast.Div | ast.FloorDiv | ast.Mod) and right == 0:
-            raise ExprError("division by zero")
-        if isinstance(node.op, ast.Pow) and left == 0 and right < 0:
-            raise ExprError("zero to a negative power")
-        if isinstance(node.op, ast.Pow) and left < 0 and not float(right).is_integer():
-            raise ExprError(f"({left})**{right} is not a real number")
-        try:
-            return _bounded(_BINOPS[type(node.op)](left, right))
-        except (ZeroDivisionError, OverflowError) as e:
-            raise ExprError(str(e)) from None
+        left, right, op = _closure(node.left), _closure(node.right), type(node.op)
+        fn = _BINOPS[op]
+        is_pow = op is ast.Pow
+        is_div = op in (ast.Div, ast.FloorDiv, ast.Mod)
+
+        def binop(env):
+            a, b = left(env), right(env)
+            if is_pow and _pow_too_large(a, b):
+                raise ExprError(f"power {a}**{b} is too large")
+            if is_div and b == 0:
+                raise ExprError("division by zero")
+            if is_pow and a == 0 and b < 0:
+                raise ExprError("zero to a negative power")
+            if is_pow and a < 0 and not float(b).is_integer():
+                raise ExprError(f"({a})**{b} is not a real number")
+            try:
+                return _bounded(fn(a, b))
+            except (ZeroDivisionError, OverflowError) as e:
+                raise ExprError(str(e)) from None
+
+        return binop
     if isinstance(node, ast.UnaryOp):
-        value = _eval(node.operand, env)
+        operand = _closure(node.operand)
         if isinstance(node.op, ast.Not):
-            return not value
-        return -value if isinstance(node.op, ast.USub) else +value
+            return lambda env: not operand(env)
+        if isinstance(node.op, ast.USub):
+            return lambda env: -operand(env)
+        return lambda env: +operand(env)
     if isinstance(node, ast.Compare):
-        left = _eval(node.left, env)
-        for op, comp in zip(node.ops, node.comparators, strict=True):
-            right = _eval(comp, env)
-            if not _CMPOPS[type(op)](left, right):
-                return False
-            left = right
-        return True
+        first = _closure(node.left)
+        rest = [
+            (_CMPOPS[type(op)], _closure(c))
+            for op, c in zip(node.ops, node.comparators, strict=True)
+        ]
+
+        def compare(env):
+            a = first(env)
+            for cmp, comp in rest:
+                b = comp(env)
+                if not cmp(a, b):
+                    return False
+                a = b
+            return True
+
+        return compare
     if isinstance(node, ast.BoolOp):
+        parts = [_closure(v) for v in node.values]
         if isinstance(node.op, ast.And):
-            return all(_eval(v, env) for v in node.values)
-        return any(_eval(v, env) for v in node.values)
+            return lambda env: all(p(env) for p in parts)
+        return lambda env: any(p(env) for p in parts)
     if isinstance(node, ast.IfExp):
-        return _eval(node.body, env) if _eval(node.test, env) else _eval(node.orelse, env)
+        test, body, orelse = _closure(node.test), _closure(node.body), _closure(node.orelse)
+        return lambda env: body(env) if test(env) else orelse(env)
     if isinstance(node, ast.Call):
-        args = [_eval(a, env) for a in node.args]
-        return _bounded(FUNCTIONS[node.func.id](*args))
+        fn = FUNCTIONS[node.func.id]
+        args = [_closure(a) for a in node.args]
+        return lambda env: _bounded(fn(*(a(env) for a in args)))
     raise ExprError(f"{type(node).__name__} is not allowed")  # unreachable after _check
 
 
