@@ -1,0 +1,321 @@
+"""Is it faster? A ratio of medians with a bootstrap interval from the raw samples, and a
+verdict: faster, slower, same (the whole interval within the practical threshold) or
+ambiguous. Used by the page (every ratio it shows) and by `kernelbook compare A B`.
+
+The interval: resample each side's samples with replacement (independently), take the
+ratio of the two medians, RESAMPLES times; the 2.5 and 97.5 percentiles bound it. Each
+ratio's generator is seeded by SEED and a CRC of its key (study, variant, size, what), so a
+row's interval does not depend on the order or number of other rows.
+"""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+SEED = 20261201
+RESAMPLES = 2000
+LEVEL = 0.95
+THRESHOLD = 0.01  # practical threshold: 'same' when the whole interval is within +-1 %
+VERDICTS = ("faster", "slower", "same", "ambiguous", "no samples")
+
+
+def rng_for(key: str, seed: int = SEED) -> np.random.Generator:
+    return np.random.default_rng([seed, zlib.crc32(key.encode())])
+
+
+def boot_medians(x: np.ndarray, rng: np.random.Generator, resamples: int) -> np.ndarray:
+    """Medians of `resamples` resamples (with replacement) of x, vectorised."""
+    x = np.asarray(x, dtype=np.float64)
+    idx = rng.integers(0, len(x), size=(resamples, len(x)))
+    return np.median(x[idx], axis=1)
+
+
+def ratio_interval(
+    num, den, key: str = "", *, seed: int = SEED, resamples: int = RESAMPLES, level: float = LEVEL
+) -> tuple[float, float, float]:
+    """median(num) / median(den) and its percentile-bootstrap interval; NaNs when a side has
+    no samples. For times, num = the reference's samples and den = the new one's gives a
+    speed ratio (above 1: the new one is faster)."""
+    num = np.asarray(num, dtype=np.float64)
+    den = np.asarray(den, dtype=np.float64)
+    num, den = num[np.isfinite(num)], den[np.isfinite(den)]
+    if len(num) == 0 or len(den) == 0:
+        return (np.nan, np.nan, np.nan)
+    point = float(np.median(num) / np.median(den))
+    rng = rng_for(key, seed)
+    r = boot_medians(num, rng, resamples) / boot_medians(den, rng, resamples)
+    a = (1.0 - level) / 2.0
+    lo, hi = np.quantile(r, [a, 1.0 - a])
+    return (point, float(lo), float(hi))
+
+
+def quartile_interval(ref: dict, new: dict, level: float = LEVEL) -> tuple[float, float, float]:
+    """Without samples: a normal interval on the log of the speed ratio, from each side's
+    median, quartiles and n (standard error of a median ~ 1.2533 sigma / sqrt(n), sigma ~
+    IQR / 1.349)."""
+    from statistics import NormalDist
+
+    def rse(s):
+        m, q1, q3, n = (s.get(k) for k in ("median_ms", "q1_ms", "q3_ms", "n_samples"))
+        if any(pd.isna(x) for x in (m, q1, q3, n)) or not m or not n:
+            return np.nan
+        return 1.2533 * (q3 - q1) / 1.349 / m / np.sqrt(n)
+
+    point = ref["median_ms"] / new["median_ms"]
+    se = np.hypot(rse(ref), rse(new))
+    if not np.isfinite(point) or not np.isfinite(se):
+        return (float(point), np.nan, np.nan)
+    z = NormalDist().inv_cdf(0.5 + level / 2.0)
+    return (float(point), float(point * np.exp(-z * se)), float(point * np.exp(z * se)))
+
+
+def verdict(lo: float, hi: float, threshold: float = THRESHOLD) -> str:
+    """For a speed ratio's interval (above 1: faster): same when it lies within
+    [1 - threshold, 1 + threshold], else faster when it lies above 1, slower below 1,
+    ambiguous when it straddles 1."""
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        return "no samples"
+    if lo >= 1.0 - threshold and hi <= 1.0 + threshold:
+        return "same"
+    if lo > 1.0:
+        return "faster"
+    if hi < 1.0:
+        return "slower"
+    return "ambiguous"
+
+
+def samples_of(samples: pd.DataFrame | None, row, function: str = "variant") -> np.ndarray:
+    """The raw samples behind one measurements row (a tuned row's are its winning
+    candidate's, tuned_from); empty when the table has none."""
+    if samples is None or samples.empty:
+        return np.empty(0)
+    job = row.get("variant")
+    if row.get("variant_kind") == "tuned" and isinstance(row.get("tuned_from"), str):
+        job = row["tuned_from"]
+    s = samples[
+        (samples["variant"] == job)
+        & (samples["size"] == row.get("size"))
+        & (samples["function"] == function)
+    ]
+    if "study" in s.columns and row.get("study") is not None:
+        s = s[s["study"] == row["study"]]
+    return s["ms"].to_numpy(dtype=np.float64)
+
+
+def indexed(samples: pd.DataFrame | None) -> dict:
+    """(study, variant, size, function) -> sample array: one pass over the samples table."""
+    if samples is None or samples.empty:
+        return {}
+    return {
+        k: g.to_numpy(dtype=np.float64)
+        for k, g in samples.groupby(["study", "variant", "size", "function"], sort=False)["ms"]
+    }
+
+
+def job_key(row, function: str) -> tuple:
+    job = row.get("variant")
+    if row.get("variant_kind") == "tuned" and isinstance(row.get("tuned_from"), str):
+        job = row["tuned_from"]
+    return (row.get("study"), job, row.get("size"), function)
+
+
+# ------------------------------------------------------------------------------------------
+# kernelbook compare A B
+
+
+def read_side(spec: str) -> tuple[pd.DataFrame, pd.DataFrame | None, str]:
+    """A side of a comparison: a measurements.parquet, a folder holding one (or data/ with
+    one), or REV:PATH for either as committed at git revision REV. Its samples.parquet
+    beside it, where present."""
+
+    def parquet(path: Path, rev: str | None) -> pd.DataFrame | None:
+        if rev is None:
+            return pd.read_parquet(path) if path.is_file() else None
+        got = subprocess.run(["git", "show", f"{rev}:{path.as_posix()}"], capture_output=True)
+        return pd.read_parquet(io.BytesIO(got.stdout)) if got.returncode == 0 else None
+
+    rev, path = None, spec
+    if ":" in spec and not Path(spec).exists():
+        rev, path = spec.split(":", 1)
+    p = Path(path)
+    for base in (p, p / "data") if p.suffix != ".parquet" else (p.parent,):
+        meas = parquet(p if p.suffix == ".parquet" else base / "measurements.parquet", rev)
+        if meas is not None:
+            return meas, parquet(base / "samples.parquet", rev), spec
+    raise FileNotFoundError(f"no measurements table at {spec}")
+
+
+def _flag(a, b, col: str, label: str, rel: float = 0.0) -> str | None:
+    x, y = a.get(col), b.get(col)
+    if pd.isna(x) and pd.isna(y):
+        return None
+    if isinstance(x, (int, float)) and isinstance(y, (int, float)) and rel:
+        if pd.notna(x) and pd.notna(y) and abs(x - y) <= rel * max(abs(x), abs(y)):
+            return None
+    elif str(x) == str(y):
+        return None
+    return f"{label} {x} vs {y}"
+
+
+def compare(
+    a: pd.DataFrame,
+    sa: pd.DataFrame | None,
+    b: pd.DataFrame,
+    sb: pd.DataFrame | None,
+    *,
+    seed: int = SEED,
+    resamples: int = RESAMPLES,
+    threshold: float = THRESHOLD,
+) -> pd.DataFrame:
+    """One row per (study, variant, size) measured ok on both sides: both medians, B's speed
+    against A (A's median / B's: above 1, B is faster) with its interval and verdict, and
+    flags where the two were measured under different conditions."""
+    keys = ["study", "variant", "size"]
+    ok = [t[(t["status"] == "ok") & t["median_ms"].notna()].drop_duplicates(keys, keep="last")
+          for t in (a, b)]  # fmt: skip
+    pairs = ok[0].merge(ok[1], on=keys, suffixes=("_a", "_b"))
+    ia, ib = indexed(sa), indexed(sb)
+    out = []
+    for _, r in pairs.iterrows():
+        ra = {c[:-2]: r[c] for c in r.index if c.endswith("_a")} | {k: r[k] for k in keys}
+        rb = {c[:-2]: r[c] for c in r.index if c.endswith("_b")} | {k: r[k] for k in keys}
+        xa, xb = ia.get(job_key(ra, "variant")), ib.get(job_key(rb, "variant"))
+        if xa is not None and xb is not None and len(xa) and len(xb):
+            key = "|".join(str(r[k]) for k in keys) + "|compare"
+            point, lo, hi = ratio_interval(xa, xb, key, seed=seed, resamples=resamples)
+            source = "samples"
+        else:
+            point, lo, hi = quartile_interval(ra, rb)
+            source = "quartiles" if np.isfinite(lo) else "no samples"
+        flags = [
+            _flag(ra, rb, "sm_clock_mhz", "SM clock", rel=0.01),
+            _flag(ra, rb, "throttled", "throttled"),
+            _flag(ra, rb, "timing_method", "timer"),
+            _flag(ra, rb, "cache", "cache"),
+            _flag(ra, rb, "gpu_name", "GPU"),
+        ]
+        out.append(
+            {
+                "study": r["study"],
+                "variant": r["variant"],
+                "size": r["size"],
+                "median_ms_a": float(ra["median_ms"]),
+                "median_ms_b": float(rb["median_ms"]),
+                "speed_b_over_a": point,
+                "speed_lo": lo,
+                "speed_hi": hi,
+                "verdict": verdict(lo, hi, threshold),
+                "interval_from": source,
+                "timing_method_a": ra.get("timing_method"),
+                "timing_method_b": rb.get("timing_method"),
+                "sm_clock_mhz_a": ra.get("sm_clock_mhz"),
+                "sm_clock_mhz_b": rb.get("sm_clock_mhz"),
+                "flags": "; ".join(f for f in flags if f) or None,
+                "ci_seed": seed,
+                "ci_resamples": resamples,
+                "ci_threshold": threshold,
+            }
+        )
+    return pd.DataFrame(out, columns=COMPARE_COLUMNS)
+
+
+COMPARE_COLUMNS = [
+    "study",
+    "variant",
+    "size",
+    "median_ms_a",
+    "median_ms_b",
+    "speed_b_over_a",
+    "speed_lo",
+    "speed_hi",
+    "verdict",
+    "interval_from",
+    "timing_method_a",
+    "timing_method_b",
+    "sm_clock_mhz_a",
+    "sm_clock_mhz_b",
+    "flags",
+    "ci_seed",
+    "ci_resamples",
+    "ci_threshold",
+]
+
+
+def _f(x, digits: int = 4) -> str:
+    return "-" if x is None or pd.isna(x) else f"{x:.{digits}g}"
+
+
+def as_rows(t: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    heads = ["study", "variant", "size", "A ms", "B ms", "A/B", "95 % interval", "verdict"]
+    heads += ["from", "flags"]
+    rows = [
+        [
+            r.study,
+            r.variant,
+            r.size,
+            _f(r.median_ms_a),
+            _f(r.median_ms_b),
+            _f(r.speed_b_over_a),
+            f"[{_f(r.speed_lo)}, {_f(r.speed_hi)}]",
+            r.verdict,
+            r.interval_from,
+            r.flags or "",
+        ]
+        for r in t.itertuples()
+    ]
+    return heads, rows
+
+
+def text_table(t: pd.DataFrame) -> str:
+    heads, rows = as_rows(t)
+    w = [max(len(h), *(len(x[i]) for x in rows)) if rows else len(h) for i, h in enumerate(heads)]
+    line = lambda cells: "  ".join(c.ljust(w[i]) for i, c in enumerate(cells)).rstrip()  # noqa: E731
+    return "\n".join([line(heads), line(["-" * n for n in w]), *map(line, rows)])
+
+
+def markdown(t: pd.DataFrame, a: str, b: str) -> str:
+    heads, rows = as_rows(t)
+    counts = t["verdict"].value_counts()
+    n = int(t["ci_resamples"].iloc[0]) if len(t) else RESAMPLES
+    seed = int(t["ci_seed"].iloc[0]) if len(t) else SEED
+    lines = [
+        f"# {a} (A) against {b} (B)",
+        "",
+        f"A/B: A's median over B's (above 1: B is faster). Interval: {LEVEL:.0%} percentile "
+        f"bootstrap of the ratio of medians, {n} "
+        f"resamples of each side's samples, seed {seed}; "
+        f"same: the whole interval within +-{THRESHOLD:.0%}.",
+        "",
+        "Verdicts: " + ", ".join(f"{k} {v}" for k, v in counts.items()),
+        "",
+        "| " + " | ".join(heads) + " |",
+        "|" + "---|" * len(heads),
+    ]
+    lines += ["| " + " | ".join(x.replace("|", "\\|") for x in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def run(a: str, b: str, out: str | None, fail_on: list[str], seed: int, resamples: int) -> int:
+    """`kernelbook compare A B`: print the table; --out PREFIX writes PREFIX.md and
+    PREFIX.parquet; exit 1 when a verdict of fail_on occurs."""
+    ma, sa, _ = read_side(a)
+    mb, sb, _ = read_side(b)
+    t = compare(ma, sa, mb, sb, seed=seed, resamples=resamples)
+    print(text_table(t))
+    counts = t["verdict"].value_counts()
+    print("\nverdicts: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    if out:
+        from kernelbook import tables
+
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(f"{out}.md").write_text(markdown(t, a, b))
+        tables.write(t, f"{out}.parquet", "comparison")
+        print(f"{out}.md\n{out}.parquet")
+    hit = [v for v in fail_on if v in set(t["verdict"])]
+    return 1 if hit else 0
