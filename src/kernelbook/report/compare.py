@@ -44,7 +44,8 @@ def ratio_interval(
     speed ratio (above 1: the new one is faster)."""
     num = np.asarray(num, dtype=np.float64)
     den = np.asarray(den, dtype=np.float64)
-    num, den = num[np.isfinite(num)], den[np.isfinite(den)]
+    # sorted: the resampling then does not depend on the order the samples come in
+    num, den = np.sort(num[np.isfinite(num)]), np.sort(den[np.isfinite(den)])
     if len(num) == 0 or len(den) == 0:
         return (np.nan, np.nan, np.nan)
     point = float(np.median(num) / np.median(den))
@@ -90,39 +91,90 @@ def verdict(lo: float, hi: float, threshold: float = THRESHOLD) -> str:
     return "ambiguous"
 
 
-def samples_of(samples: pd.DataFrame | None, row, function: str = "variant") -> np.ndarray:
-    """The raw samples behind one measurements row (a tuned row's are its winning
-    candidate's, tuned_from); empty when the table has none."""
-    if samples is None or samples.empty:
-        return np.empty(0)
-    job = row.get("variant")
-    if row.get("variant_kind") == "tuned" and isinstance(row.get("tuned_from"), str):
-        job = row["tuned_from"]
-    s = samples[
-        (samples["variant"] == job)
-        & (samples["size"] == row.get("size"))
-        & (samples["function"] == function)
-    ]
-    if "study" in s.columns and row.get("study") is not None:
-        s = s[s["study"] == row["study"]]
-    return s["ms"].to_numpy(dtype=np.float64)
-
-
 def indexed(samples: pd.DataFrame | None) -> dict:
-    """(study, variant, size, function) -> sample array: one pass over the samples table."""
+    """(study, job, size) -> {function: sample array}, in one pass over the samples table.
+
+    An autotuning candidate that won is timed twice under its own name (its tuning job,
+    then the tuned variant's re-timing); the table does not say which sample is of which
+    job (no run column, and a page's tables are read in canonical row order), so both runs
+    are pooled: the same kernel under the same conditions."""
     if samples is None or samples.empty:
         return {}
-    return {
-        k: g.to_numpy(dtype=np.float64)
-        for k, g in samples.groupby(["study", "variant", "size", "function"], sort=False)["ms"]
-    }
+    out: dict = {}
+    for (st, v, size, fn), g in samples.groupby(
+        ["study", "variant", "size", "function"], sort=False
+    )["ms"]:
+        out.setdefault((st, v, size), {})[fn] = g.to_numpy(dtype=np.float64)
+    return out
 
 
-def job_key(row, function: str) -> tuple:
+def row_samples(idx: dict, row) -> dict[str, np.ndarray]:
+    """The samples behind one measurements row, by function (variant, baseline, copy): a
+    tuned row's are its winning candidate's (tuned_from); empty when the table has none."""
     job = row.get("variant")
     if row.get("variant_kind") == "tuned" and isinstance(row.get("tuned_from"), str):
         job = row["tuned_from"]
-    return (row.get("study"), job, row.get("size"), function)
+    return idx.get((row.get("study"), job, row.get("size")), {})
+
+
+def anchored(got: tuple[float, float, float], shown) -> tuple[float, float, float]:
+    """An interval moved onto the ratio the page shows (from the rows' medians): the same
+    relative width. They differ only where samples were pooled (a tuned winner)."""
+    point, lo, hi = got
+    if shown is None or pd.isna(shown) or not np.isfinite(point) or not point:
+        return got
+    k = float(shown) / point
+    return (float(shown), lo * k, hi * k)
+
+
+def ladder_intervals(head: pd.DataFrame, order: list[str], samples: pd.DataFrame | None) -> dict:
+    """For each ok variant of a ladder at one size (head: its rows indexed by variant):
+    intervals of its speed against the baseline, the copy and the step before it (each
+    (point, lo, hi)), and the verdicts against the step before and against the baseline."""
+    idx = indexed(samples)
+    out: dict[str, dict] = {}
+    prev = None
+    for v in order:
+        if v not in head.index or head.loc[v, "status"] != "ok":
+            continue
+        r = head.loc[v]
+        own = row_samples(idx, r)
+        x = own.get("variant", [])
+        key = f"{r.get('study')}|{v}|{r.get('size')}"
+        got = {
+            "baseline": anchored(
+                ratio_interval(own.get("baseline", []), x, key + "|baseline"),
+                r.get("pct_of_baseline") / 100.0 if pd.notna(r.get("pct_of_baseline")) else None,
+            ),
+            "copy": anchored(
+                ratio_interval(own.get("copy", []), x, key + "|copy"),
+                r.get("pct_of_copy") / 100.0 if pd.notna(r.get("pct_of_copy")) else None,
+            ),
+            "previous": (np.nan,) * 3,
+            "prev": prev,
+        }
+        if prev is not None:
+            p = row_samples(idx, head.loc[prev]).get("variant", [])
+            got["previous"] = anchored(
+                ratio_interval(p, x, key + f"|previous|{prev}"),
+                head.loc[prev, "median_ms"] / r["median_ms"],
+            )
+        got["vs_previous"] = verdict(*got["previous"][1:]) if prev is not None else None
+        got["vs_baseline"] = verdict(*got["baseline"][1:])
+        out[v] = got
+        prev = v
+    return out
+
+
+def method_note() -> str:
+    return (
+        f"Intervals: {LEVEL:.0%} percentile bootstrap of the ratio of medians from the raw "
+        f"samples ({RESAMPLES} resamples of each side, seed {SEED}; a tuned winner's interval "
+        "pools its tuning job's samples with its re-timing's, which the samples table does not "
+        "tell apart, and is moved onto the row's ratio). Verdicts: *same* when the "
+        f"whole interval lies within +-{THRESHOLD:.0%}, else *faster* or *slower* when it lies "
+        "above or below 1, else *ambiguous*; *no samples* where the samples table has none."
+    )
 
 
 # ------------------------------------------------------------------------------------------
@@ -185,10 +237,14 @@ def compare(
     for _, r in pairs.iterrows():
         ra = {c[:-2]: r[c] for c in r.index if c.endswith("_a")} | {k: r[k] for k in keys}
         rb = {c[:-2]: r[c] for c in r.index if c.endswith("_b")} | {k: r[k] for k in keys}
-        xa, xb = ia.get(job_key(ra, "variant")), ib.get(job_key(rb, "variant"))
-        if xa is not None and xb is not None and len(xa) and len(xb):
+        xa = row_samples(ia, ra).get("variant", [])
+        xb = row_samples(ib, rb).get("variant", [])
+        if len(xa) and len(xb):
             key = "|".join(str(r[k]) for k in keys) + "|compare"
-            point, lo, hi = ratio_interval(xa, xb, key, seed=seed, resamples=resamples)
+            point, lo, hi = anchored(
+                ratio_interval(xa, xb, key, seed=seed, resamples=resamples),
+                ra["median_ms"] / rb["median_ms"],
+            )
             source = "samples"
         else:
             point, lo, hi = quartile_interval(ra, rb)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from kernelbook.report import diagnostics, figures, plot, quality
+from kernelbook.report import compare, diagnostics, figures, plot, quality
 from kernelbook.report.data import (
     StudyData,
     baseline_label,
@@ -47,7 +47,7 @@ from kernelbook.report.sections import (
     regenerate_commands,
     sorted_rows,
 )
-from kernelbook.report.steps import ladder_table, variant_section
+from kernelbook.report.steps import claim_notes, ladder_table, variant_section
 
 # ------------------------------------------------------------------------------------------
 # Figures
@@ -214,6 +214,7 @@ def render_markdown(
     prov = provenance(data)
     byname = {f.name: f for f in figs}
     s = summary(data)
+    cis = compare.ladder_intervals(head, order, data.table("samples"))
     L: list[str] = []
     L.append(f"# {meta.get('title') or data.study}")
     L.append("")
@@ -256,7 +257,7 @@ def render_markdown(
 
     L.append("## Read this first")
     L.append("")
-    notes = attention(data, stale)
+    notes = attention(data, stale) + claim_notes(data, order, cis)
     if notes:
         L += [f"- {n}" for n in notes]
     else:
@@ -271,7 +272,9 @@ def render_markdown(
     if "ladder" in byname:
         L.append(figure_md(byname["ladder"], figures_prefix))
         L.append("")
-    L.append(ladder_table(data, order, head, base, unit, fom))
+    L.append(ladder_table(data, order, head, base, unit, fom, cis))
+    L.append("")
+    L.append(compare.method_note())
     L.append("")
 
     L += quality.spread_section(data.measurements, base, fmt)
@@ -280,7 +283,7 @@ def render_markdown(
     L.append("")
     prev = None
     for v in order:
-        L += variant_section(data, v, prev, head, base, unit, fom)
+        L += variant_section(data, v, prev, head, base, unit, fom, cis)
         if v in head.index and head.loc[v, "status"] == "ok":
             prev = v
 
