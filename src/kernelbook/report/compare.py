@@ -166,6 +166,28 @@ def ladder_intervals(head: pd.DataFrame, order: list[str], samples: pd.DataFrame
     return out
 
 
+def with_intervals(df: pd.DataFrame, samples: pd.DataFrame | None) -> pd.DataFrame:
+    """df (measurements rows) with pct_of_baseline_lo/_hi and pct_of_copy_lo/_hi: each
+    row's percentages' bootstrap bounds from its samples (empty without them)."""
+    idx = indexed(samples)
+    cols = {c: [] for c in ("pct_of_baseline_lo", "pct_of_baseline_hi")}
+    cols |= {c: [] for c in ("pct_of_copy_lo", "pct_of_copy_hi")}
+    for _, r in df.iterrows():
+        own = row_samples(idx, r) if r.get("status") == "ok" else {}
+        x = own.get("variant", [])
+        key = f"{r.get('study')}|{r.get('variant')}|{r.get('size')}"
+        for what, col in (("baseline", "pct_of_baseline"), ("copy", "pct_of_copy")):
+            shown = r.get(col)
+            shown = shown / 100.0 if shown is not None and pd.notna(shown) else None
+            if shown is None:
+                _, lo, hi = (np.nan,) * 3
+            else:
+                _, lo, hi = anchored(ratio_interval(own.get(what, []), x, f"{key}|{what}"), shown)
+            cols[f"{col}_lo"].append(100.0 * lo)
+            cols[f"{col}_hi"].append(100.0 * hi)
+    return df.assign(**cols)
+
+
 def method_note() -> str:
     return (
         f"Intervals: {LEVEL:.0%} percentile bootstrap of the ratio of medians from the raw "

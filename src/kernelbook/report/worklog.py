@@ -304,11 +304,13 @@ def render_markdown(
     L.append("")
     L.append(
         f"Every (variant, size) row of the measurements table: medians over n timed launches "
-        f"(rse: relative standard error of the median), {base} timed beside each one. "
+        f"(rse: relative standard error of the median), {base} timed beside each one; "
+        f"interval: the bootstrap interval of % of {base} (as in the ladder). "
         f"Skipped and failed rows keep their reason."
     )
     L.append("")
-    L.append(full_table(data, sorted_rows(data, main_rows(data))))
+    samples = data.table("samples")
+    L.append(full_table(data, sorted_rows(data, compare.with_intervals(main_rows(data), samples))))
     L.append("")
     cand = candidate_rows(data)
     if len(cand):
@@ -323,7 +325,7 @@ def render_markdown(
         cand = cand.assign(_s=cand["size"].map(order_sz)).sort_values(
             ["tuned_from", "_s", "median_ms"], kind="stable", na_position="last"
         )
-        L.append(full_table(data, cand.drop(columns="_s")))
+        L.append(full_table(data, compare.with_intervals(cand.drop(columns="_s"), samples)))
         L.append("")
     return "\n".join(L).rstrip() + "\n"
 
