@@ -62,6 +62,12 @@ def test_the_interval_is_seeded_per_key_and_vectorised():
     assert compare.ratio_interval(a, b, "k") == compare.ratio_interval(a, b, "k")
     assert compare.ratio_interval(a, b, "k") != compare.ratio_interval(a, b, "other")
     assert np.isnan(compare.ratio_interval([], b, "k")[1])
+    # the counting median is np.median of the same resamples, to the bit
+    for n in (1, 2, 7, 60):
+        x = np.sort(series("heavy", n, n))
+        idx = np.random.default_rng(3).integers(0, n, size=(500, n))
+        got = compare.boot_medians(x, np.random.default_rng(3), 500)
+        assert np.array_equal(got, np.median(x[idx], axis=1))
     assert compare.verdict(np.nan, np.nan) == "no samples"
 
 
