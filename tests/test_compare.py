@@ -4,6 +4,7 @@ seconds."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 
 import numpy as np
@@ -185,6 +186,8 @@ def test_the_page_shows_verdicts(softmax_page):
             lo, hi = map(float, r["interval"].strip("[]").split(", "))
             assert lo <= float(r["% of torch"]) <= hi
     assert f"seed {compare.SEED}" in md
+    answer = r"\*\*Answer at .*% of torch\*\* \(.*; interval \[[\d.]+, [\d.]+\] %, \w+\)"
+    assert re.search(answer, md)
     # a step that claims an improvement but is not faster is named before the ladder
     front = md.split("## The ladder", 1)[0]
     assert "**03_warp_shuffle** says it improves on 02_fused_block" in front

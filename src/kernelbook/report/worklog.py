@@ -48,6 +48,7 @@ from kernelbook.report.sections import (
     sorted_rows,
 )
 from kernelbook.report.steps import claim_notes, ladder_table, variant_section
+from kernelbook.report.steps import interval as ci_text
 
 # ------------------------------------------------------------------------------------------
 # Figures
@@ -232,13 +233,18 @@ def render_markdown(
         L.append("")
     if s["best"]:
         b = s["best"]
+        best = cis.get(b["variant"])
+        vs_base = (
+            f"; interval {ci_text(best, 'baseline', 100)} %, {best['vs_baseline']}" if best else ""
+        )
+        vs_copy = f" (interval {ci_text(best, 'copy', 100)} %)" if best else ""
         L.append(
             f"**Answer at {size}.** The best variant, **{b['variant']}**, reaches "
             f"**{fmt(b['pct_of_baseline'])} % of {base}** ({fmt(b.get(fom))} {unit} against "
-            f"{fmt(b.get(f'baseline_{fom}'))} {unit})"
+            f"{fmt(b.get(f'baseline_{fom}'))} {unit}{vs_base})"
             + (
                 f" and **{fmt(b['pct_of_copy'])} % of a device copy** of the same bytes "
-                "timed beside it."
+                f"timed beside it{vs_copy}."
                 if b.get("pct_of_copy") is not None
                 else "."
             )
