@@ -156,6 +156,11 @@ def test_cli_exit_status_with_fail_on(tmp_path, capsys):
     assert t.set_index("variant")["verdict"].to_dict() == {"v1": "same", "v2": "slower"}
     assert set(t["ci_resamples"]) == {compare.RESAMPLES}
     assert cli.main(["compare", B, A, "--fail-on", "slower"]) == 0  # the other way: faster
+    # a 10 % threshold: 5 % slower is then the same
+    assert cli.main(["compare", A, B, "--fail-on", "slower", "--threshold", "10"]) == 0
+    assert cli.main(["compare", A, str(tmp_path / "nowhere")]) == 1
+    assert "no measurements table" in capsys.readouterr().err
+    assert cli.main(["compare", A, B, "--fail-on", "worse"]) == 1
 
 
 def test_a_side_from_a_git_revision(monkeypatch):

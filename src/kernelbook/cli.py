@@ -241,7 +241,9 @@ def cmd_compare(args) -> int:
     from kernelbook.report import compare
 
     fail_on = [v.strip() for v in (args.fail_on or "").split(",") if v.strip()]
-    return compare.run(args.a, args.b, args.out, fail_on, args.seed, args.resamples)
+    return compare.run(
+        args.a, args.b, args.out, fail_on, args.seed, args.resamples, args.threshold / 100.0
+    )
 
 
 # -- end of report verbs ---------------------------------------------------------------------
@@ -442,6 +444,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--fail-on", help="comma-separated verdicts that exit 1, e.g. slower")
     s.add_argument("--seed", type=int, default=20261201)
     s.add_argument("--resamples", type=int, default=2000)
+    s.add_argument("--threshold", type=float, default=1.0, help="%% within which it is 'same'")
     s.set_defaults(fn=cmd_compare)
     # -- end of report verbs
     return p

@@ -231,7 +231,9 @@ def read_side(spec: str) -> tuple[pd.DataFrame, pd.DataFrame | None, str]:
         meas = parquet(p if p.suffix == ".parquet" else base / "measurements.parquet", rev)
         if meas is not None:
             return meas, parquet(base / "samples.parquet", rev), spec
-    raise FileNotFoundError(f"no measurements table at {spec}")
+    from kernelbook.tables import TableError
+
+    raise TableError(f"compare: no measurements table at {spec}")
 
 
 def _flag(a, b, col: str, label: str, rel: float = 0.0) -> str | None:
@@ -371,13 +373,14 @@ def markdown(t: pd.DataFrame, a: str, b: str) -> str:
     counts = t["verdict"].value_counts()
     n = int(t["ci_resamples"].iloc[0]) if len(t) else RESAMPLES
     seed = int(t["ci_seed"].iloc[0]) if len(t) else SEED
+    thr = 100.0 * (float(t["ci_threshold"].iloc[0]) if len(t) else THRESHOLD)
     lines = [
         f"# {a} (A) against {b} (B)",
         "",
         f"A/B: A's median over B's (above 1: B is faster). Interval: {LEVEL:.0%} percentile "
         f"bootstrap of the ratio of medians, {n} "
         f"resamples of each side's samples, seed {seed}; "
-        f"same: the whole interval within +-{THRESHOLD:.0%}.",
+        f"same: the whole interval within +-{thr:.3g} %.",
         "",
         "Verdicts: " + ", ".join(f"{k} {v}" for k, v in counts.items()),
         "",
@@ -388,12 +391,25 @@ def markdown(t: pd.DataFrame, a: str, b: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run(a: str, b: str, out: str | None, fail_on: list[str], seed: int, resamples: int) -> int:
+def run(
+    a: str,
+    b: str,
+    out: str | None,
+    fail_on: list[str],
+    seed: int = SEED,
+    resamples: int = RESAMPLES,
+    threshold: float = THRESHOLD,
+) -> int:
     """`kernelbook compare A B`: print the table; --out PREFIX writes PREFIX.md and
     PREFIX.parquet; exit 1 when a verdict of fail_on occurs."""
+    unknown = sorted(set(fail_on) - set(VERDICTS))
+    if unknown:
+        from kernelbook.tables import TableError
+
+        raise TableError(f"compare: --fail-on {unknown}: the verdicts are {list(VERDICTS)}")
     ma, sa, _ = read_side(a)
     mb, sb, _ = read_side(b)
-    t = compare(ma, sa, mb, sb, seed=seed, resamples=resamples)
+    t = compare(ma, sa, mb, sb, seed=seed, resamples=resamples, threshold=threshold)
     print(text_table(t))
     counts = t["verdict"].value_counts()
     print("\nverdicts: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
