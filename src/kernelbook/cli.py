@@ -6,7 +6,7 @@ The quick loop:
   kernelbook bench STUDY VARIANT [--size S]  check, then time beside the baselines
   kernelbook launch STUDY VARIANT --size S   one launch (what ncu and compute-sanitizer run)
 Published worklogs:
-  kernelbook check | publish | render | index | before-after
+  kernelbook check | publish | render | index | before-after | compare
 The rules' jobs: profile, sanitize, roofline, device, gather, select, stages, meta, gate,
 sanitize-gate (each is one function of the library).
 """
@@ -237,6 +237,15 @@ def cmd_before_after(args) -> int:
     return quality.write_before_after(args.rev, args.folders)
 
 
+def cmd_compare(args) -> int:
+    from kernelbook.report import compare
+
+    fail_on = [v.strip() for v in (args.fail_on or "").split(",") if v.strip()]
+    return compare.run(
+        args.a, args.b, args.out, fail_on, args.seed, args.resamples, args.threshold / 100.0
+    )
+
+
 # -- end of report verbs ---------------------------------------------------------------------
 
 
@@ -425,6 +434,18 @@ def parser() -> argparse.ArgumentParser:
         help="a published study's folder: worklogs/<gpu>/<study>",
     )
     s.set_defaults(fn=cmd_before_after)
+
+    s = sub.add_parser(
+        "compare", help="is B faster than A? ratios of medians with bootstrap intervals"
+    )
+    s.add_argument("a", help="measurements.parquet, a study folder, or REV:PATH of either")
+    s.add_argument("b", help="the same for the other side")
+    s.add_argument("--out", help="also write OUT.md and OUT.parquet")
+    s.add_argument("--fail-on", help="comma-separated verdicts that exit 1, e.g. slower")
+    s.add_argument("--seed", type=int, default=20261201)
+    s.add_argument("--resamples", type=int, default=2000)
+    s.add_argument("--threshold", type=float, default=1.0, help="%% within which it is 'same'")
+    s.set_defaults(fn=cmd_compare)
     # -- end of report verbs
     return p
 

@@ -303,6 +303,12 @@ def _notes(r) -> str:
     return "; ".join(notes)
 
 
+def _bounds(r, col: str) -> str:
+    """'[lo, hi]' of a ratio's bootstrap bounds (kernelbook.report.compare.with_intervals)."""
+    lo, hi = r.get(f"{col}_lo"), r.get(f"{col}_hi")
+    return DASH if isnull(lo) or isnull(hi) else f"[{fmt(lo)}, {fmt(hi)}]"
+
+
 FULL_COLUMNS: list[tuple[str, object]] = [
     ("variant", "variant"),
     ("size", "size"),
@@ -311,6 +317,7 @@ FULL_COLUMNS: list[tuple[str, object]] = [
     ("TFLOP/s", "tflops"),
     ("GB/s", "gbps"),
     ("% of baseline", "pct_of_baseline"),
+    ("interval", lambda r: _bounds(r, "pct_of_baseline")),
     ("baseline ms", "baseline_median_ms"),
     ("n", "n_samples"),
     ("rse %", lambda r: r["rse_median"] * 100 if not isnull(r["rse_median"]) else None),
@@ -326,7 +333,7 @@ def table_rows(df: pd.DataFrame) -> list[list[str]]:
         cells = []
         for header, col in FULL_COLUMNS:
             val = col(r) if callable(col) else r.get(col)
-            if header in ("variant", "size", "status", "notes"):
+            if header in ("variant", "size", "status", "notes", "interval"):
                 cells.append(esc(val) if val is not None else "")
             elif header == "n":
                 cells.append(DASH if isnull(val) else str(int(val)))

@@ -3,8 +3,11 @@ changed, prediction, model, measurement, profiler deltas, resources, sanitizer).
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 
+from kernelbook.report import compare
 from kernelbook.report.data import (
     StudyData,
     candidate_id,
@@ -25,9 +28,20 @@ from kernelbook.report.markdown import (
 )
 
 
-def ladder_table(data, order, head, base, unit, fom) -> str:
+def interval(got: dict | None, what: str, scale: float = 1.0) -> str:
+    """'[lo, hi]' of one of compare.ladder_intervals' ratios, times scale (100 for %)."""
+    if not got:
+        return DASH
+    _, lo, hi = got[what]
+    if isnull(lo) or isnull(hi):
+        return DASH
+    return f"[{fmt(lo * scale)}, {fmt(hi * scale)}]"
+
+
+def ladder_table(data, order, head, base, unit, fom, cis=None) -> str:
     # bandwidth studies also show the variant against a device copy of the same bytes
     copy = fom == "gbps" and "pct_of_copy" in head
+    cis = cis if cis is not None else compare.ladder_intervals(head, order, data.table("samples"))
     rows = []
     prev_ms = None
     for v in order:
@@ -35,12 +49,14 @@ def ladder_table(data, order, head, base, unit, fom) -> str:
         pred = (info.get("predict") or {}).get("pct_of_baseline")
         if v not in head.index:
             rows.append(
-                [v, "not measured", DASH, DASH, DASH, *([DASH] if copy else []), fmt(pred), DASH]
+                [v, "not measured", DASH, DASH, DASH, DASH, *([DASH] * 2 if copy else [])]
+                + [fmt(pred), DASH, DASH, DASH, DASH]
             )
             continue
         r = head.loc[v]
         ms = as_float(r["median_ms"])
         step = fmt(prev_ms / ms) if (prev_ms and ms) else DASH
+        got = cis.get(v)
         rows.append(
             [
                 v,
@@ -48,21 +64,53 @@ def ladder_table(data, order, head, base, unit, fom) -> str:
                 fmt(r["median_ms"]),
                 fmt(r.get(fom)),
                 fmt(r["pct_of_baseline"]),
-                *([fmt(r.get("pct_of_copy"))] if copy else []),
+                interval(got, "baseline", 100.0),
+                *([fmt(r.get("pct_of_copy")), interval(got, "copy", 100.0)] if copy else []),
                 fmt(pred),
                 step,
+                interval(got, "previous"),
+                (got or {}).get("vs_previous") or DASH,
+                (got or {}).get("vs_baseline") or DASH,
             ]
         )
         if r["status"] == "ok" and ms:
             prev_ms = ms
-    heads = ["variant", "status", "median ms", unit, f"% of {base}"]
-    heads += ["% of copy"] if copy else []
-    heads += ["predicted %", "x previous"]
-    return md_table(heads, rows, "ll" + "r" * (len(heads) - 2))
+    heads = ["variant", "status", "median ms", unit, f"% of {base}", "interval"]
+    heads += ["% of copy", "copy interval"] if copy else []
+    heads += ["predicted %", "x previous", "previous interval", "vs previous", f"vs {base}"]
+    return md_table(heads, rows, "ll" + "r" * (len(heads) - 4) + "ll")
 
 
-def variant_section(data, v, prev, head, base, unit, fom) -> list[str]:
+# a `says` that claims an improvement: any of these comparative words
+CLAIMS = re.compile(
+    r"\b(faster|speed-?ups?|quicker|fewer|less|more|better|instead of|gone|removed|"
+    r"overlaps?|no barrier|reduces?|hides?)\b",
+    re.IGNORECASE,
+)
+
+
+def claim_notes(data, order, cis: dict) -> list[str]:
+    """Read-first bullets: a step whose `says` claims an improvement but whose interval
+    against the step before it does not say faster."""
+    out = []
+    for v in order:
+        got = cis.get(v)
+        says = variant_info(data, v).get("says") or ""
+        if not got or got.get("prev") is None or not CLAIMS.search(says):
+            continue
+        if got["vs_previous"] != "faster":
+            p, lo, hi = got["previous"]
+            out.append(
+                f'**{v}** says it improves on {got["prev"]} ("{esc(says[:80])}'
+                f'{"..." if len(says) > 80 else ""}"), but its speed against it is '
+                f"{fmt(p)}x, interval [{fmt(lo)}, {fmt(hi)}]: **{got['vs_previous']}**."
+            )
+    return out
+
+
+def variant_section(data, v, prev, head, base, unit, fom, cis=None) -> list[str]:
     info = variant_info(data, v)
+    ci = (cis or {}).get(v)
     L = [f"### {v}", ""]
     if info.get("says"):
         L += [f"**What changed.** {info['says']}", ""]
@@ -140,12 +188,16 @@ def variant_section(data, v, prev, head, base, unit, fom) -> list[str]:
             f"**Measurement at {size}.** median {fmt(r['median_ms'])} ms "
             f"(n {int(r['n_samples'])}, rse {fmt(r['rse_median'] * 100)} %), "
             f"{fmt(r.get(fom))} {unit}, **{fmt(r['pct_of_baseline'])} % of {base}** "
-            f"({base} {fmt(r['baseline_median_ms'])} ms), rel err {fmt(r['rel_err'])}"
+            f"(interval {interval(ci, 'baseline', 100.0)} %"
+            + (f", {ci['vs_baseline']}" if ci else "")
+            + f"; {base} {fmt(r['baseline_median_ms'])} ms), rel err {fmt(r['rel_err'])}"
         )
         if prev is not None and prev in head.index:
             p_ms = as_float(head.loc[prev, "median_ms"])
             if p_ms:
                 line += f"; {fmt(p_ms / float(r['median_ms']), 3)}x the speed of {prev}"
+                if ci and ci.get("prev") == prev:
+                    line += f" (interval {interval(ci, 'previous')}: {ci['vs_previous']})"
         if is_true(r.get("throttled")):
             line += f". **Measured while THROTTLED** ({esc(r.get('throttle_reasons'))})"
         if r.get("variant_kind") == "tuned" and not isnull(r.get("tune_point")):

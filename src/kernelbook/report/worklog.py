@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from kernelbook.report import diagnostics, figures, plot, quality
+from kernelbook.report import compare, diagnostics, figures, plot, quality
 from kernelbook.report.data import (
     StudyData,
     baseline_label,
@@ -47,7 +47,8 @@ from kernelbook.report.sections import (
     regenerate_commands,
     sorted_rows,
 )
-from kernelbook.report.steps import ladder_table, variant_section
+from kernelbook.report.steps import claim_notes, ladder_table, variant_section
+from kernelbook.report.steps import interval as ci_text
 
 # ------------------------------------------------------------------------------------------
 # Figures
@@ -214,6 +215,7 @@ def render_markdown(
     prov = provenance(data)
     byname = {f.name: f for f in figs}
     s = summary(data)
+    cis = compare.ladder_intervals(head, order, data.table("samples"))
     L: list[str] = []
     L.append(f"# {meta.get('title') or data.study}")
     L.append("")
@@ -231,13 +233,18 @@ def render_markdown(
         L.append("")
     if s["best"]:
         b = s["best"]
+        best = cis.get(b["variant"])
+        vs_base = (
+            f"; interval {ci_text(best, 'baseline', 100)} %, {best['vs_baseline']}" if best else ""
+        )
+        vs_copy = f" (interval {ci_text(best, 'copy', 100)} %)" if best else ""
         L.append(
             f"**Answer at {size}.** The best variant, **{b['variant']}**, reaches "
             f"**{fmt(b['pct_of_baseline'])} % of {base}** ({fmt(b.get(fom))} {unit} against "
-            f"{fmt(b.get(f'baseline_{fom}'))} {unit})"
+            f"{fmt(b.get(f'baseline_{fom}'))} {unit}{vs_base})"
             + (
                 f" and **{fmt(b['pct_of_copy'])} % of a device copy** of the same bytes "
-                "timed beside it."
+                f"timed beside it{vs_copy}."
                 if b.get("pct_of_copy") is not None
                 else "."
             )
@@ -256,7 +263,7 @@ def render_markdown(
 
     L.append("## Read this first")
     L.append("")
-    notes = attention(data, stale)
+    notes = attention(data, stale) + claim_notes(data, order, cis)
     if notes:
         L += [f"- {n}" for n in notes]
     else:
@@ -271,7 +278,9 @@ def render_markdown(
     if "ladder" in byname:
         L.append(figure_md(byname["ladder"], figures_prefix))
         L.append("")
-    L.append(ladder_table(data, order, head, base, unit, fom))
+    L.append(ladder_table(data, order, head, base, unit, fom, cis))
+    L.append("")
+    L.append(compare.method_note())
     L.append("")
 
     L += quality.spread_section(data.measurements, base, fmt)
@@ -280,7 +289,7 @@ def render_markdown(
     L.append("")
     prev = None
     for v in order:
-        L += variant_section(data, v, prev, head, base, unit, fom)
+        L += variant_section(data, v, prev, head, base, unit, fom, cis)
         if v in head.index and head.loc[v, "status"] == "ok":
             prev = v
 
@@ -301,11 +310,13 @@ def render_markdown(
     L.append("")
     L.append(
         f"Every (variant, size) row of the measurements table: medians over n timed launches "
-        f"(rse: relative standard error of the median), {base} timed beside each one. "
+        f"(rse: relative standard error of the median), {base} timed beside each one; "
+        f"interval: the bootstrap interval of % of {base} (as in the ladder). "
         f"Skipped and failed rows keep their reason."
     )
     L.append("")
-    L.append(full_table(data, sorted_rows(data, main_rows(data))))
+    samples = data.table("samples")
+    L.append(full_table(data, sorted_rows(data, compare.with_intervals(main_rows(data), samples))))
     L.append("")
     cand = candidate_rows(data)
     if len(cand):
@@ -320,7 +331,7 @@ def render_markdown(
         cand = cand.assign(_s=cand["size"].map(order_sz)).sort_values(
             ["tuned_from", "_s", "median_ms"], kind="stable", na_position="last"
         )
-        L.append(full_table(data, cand.drop(columns="_s")))
+        L.append(full_table(data, compare.with_intervals(cand.drop(columns="_s"), samples)))
         L.append("")
     return "\n".join(L).rstrip() + "\n"
 
