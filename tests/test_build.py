@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from kernelbook import config as cfg
+from kernelbook import provenance
 from kernelbook.build import nvcc as build
 from kernelbook.build.nvcc import CompileError
 
@@ -442,18 +443,20 @@ def test_source_hash_covers_quoted_includes(tmp_path):
     src.write_text('#include "outer.cuh"\n#include <cuda_bf16.h>\n#include "absent.cuh"\n')
     plain = tmp_path / "plain.cu"
     plain.write_text('extern "C" __global__ void k() {}\n')
-    assert build.quoted_includes(src) == [
+    assert provenance.quoted_includes(src) == [
         ("outer.cuh", tmp_path / "outer.cuh"),
         ("inner.cuh", tmp_path / "inner.cuh"),
     ]
-    assert build.sha256_source(plain) == build.sha256_file(plain)
-    before = build.sha256_source(src)
-    assert before != build.sha256_file(src)
+    assert provenance.sha256_source(plain) == provenance.sha256_file(plain)
+    before = provenance.sha256_source(src)
+    assert before != provenance.sha256_file(src)
     (tmp_path / "inner.cuh").write_text("#define INNER 3\n")
-    assert build.sha256_source(src) != before
+    assert provenance.sha256_source(src) != before
     py = tmp_path / "k.py"
     py.write_text('#include "outer.cuh"\n')  # a Python comment, not an include
-    assert build.quoted_includes(py) == [] and build.sha256_source(py) == build.sha256_file(py)
+    assert provenance.quoted_includes(py) == [] and provenance.sha256_source(
+        py
+    ) == provenance.sha256_file(py)
 
 
 @pytest.mark.slow

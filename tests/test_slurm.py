@@ -32,7 +32,7 @@ from test_worklog import GPU, STUDY, make_repo, publish_fixture
 from kernelbook import gpu as kb_gpu
 from kernelbook import tables
 from kernelbook.build import nvcc as kb_build
-from kernelbook.report import publish as kb_publish
+from kernelbook.report import index as kb_index
 
 
 def _why_not() -> str:
@@ -422,7 +422,7 @@ def test_two_models_into_one_book(tmp_path):
     h200 = root / "worklogs" / GPU / STUDY
     # as if `--config gpu_model=h100 all publish` had run on the cluster's H100s
     shutil.copytree(h200, root / "worklogs" / "h100" / STUDY)
-    index = kb_publish.index(root / "worklogs")
+    index = kb_index.index(root / "worklogs")
     header = next(ln for ln in index.splitlines() if ln.startswith("| study"))
     assert [c.strip() for c in header.strip("|").split("|")] == ["study", "h100", GPU]
     # with gpu_model=a100 the next run measures a100 and renders only its own pages ...

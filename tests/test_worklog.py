@@ -26,7 +26,7 @@ from conftest import REPO, copy_repo, kernelbook_cli, run_in, snakemake
 
 from kernelbook import config as cfg
 from kernelbook import layout, tables, tune
-from kernelbook.build.nvcc import sha256_file
+from kernelbook.provenance import sha256_file
 from kernelbook.report import (
     diagnostics,
     figures,

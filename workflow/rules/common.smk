@@ -11,7 +11,7 @@ RUN_STARTED = time.time()  # a gate's log older than this run is not this run's 
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
-from kernelbook.build import nvcc as kb_build  # noqa: E402
+from kernelbook import provenance as kb_provenance  # noqa: E402
 from kernelbook import slurm as kb_cluster  # noqa: E402
 from kernelbook import config as kb_config  # noqa: E402
 from kernelbook import gpu as kb_gpu  # noqa: E402
@@ -84,7 +84,7 @@ def variant_source(wildcards):
     """The variant's source and the headers it includes with quotes: editing either
     recompiles it."""
     source = variant_of(wildcards).source
-    return [source, *(str(p) for _, p in kb_build.quoted_includes(Path(source)))]
+    return [source, *(str(p) for _, p in kb_provenance.quoted_includes(Path(source)))]
 
 
 def variant_spec(wildcards):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from kernelbook.config import Variant
 from kernelbook.procs import ToolTimeout, run_tool
-from kernelbook.provenance import quoted_includes, sha256_file, sha256_source  # noqa: F401
+from kernelbook.provenance import quoted_includes
 
 NVCC_TIMEOUT_S = 600.0  # timeouts.nvcc_s's default
 

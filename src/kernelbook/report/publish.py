@@ -28,7 +28,7 @@ from kernelbook.layout import (
     published_paths,
     result_paths,
 )
-from kernelbook.report.index import index, write_index  # noqa: F401  (index: tests/test_slurm.py)
+from kernelbook.report.index import write_index
 from kernelbook.report.sources import PAGE_ONLY
 
 
