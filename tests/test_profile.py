@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from kernelbook import gate
 from kernelbook.profile import ncu as profile
 from kernelbook.profile import roofline, sanitize
 
@@ -234,10 +235,11 @@ def test_gate_lists_unexplained_findings_only():
              "warnings": 0, "first_finding": "Invalid write at c.cu:9"},
         ]
     )  # fmt: skip
-    lines = sanitize.gate(table, "s")
-    assert lines == [
-        "s/c at 100: memcheck reports 3 error(s), 0 warning(s): Invalid write at c.cu:9"
-    ]
+    found = gate.failures("s", {}, sanitizer=table)
+    assert [(f.line(), f.expected) for f in found] == [
+        ("s/c 100 [sanitize] findings: memcheck reports 3 error(s), 0 warning(s): Invalid "
+         "write at c.cu:9", False)
+    ]  # fmt: skip
 
 
 def test_a_kernel_without_flops_has_no_flop_bound():

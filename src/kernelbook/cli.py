@@ -454,8 +454,8 @@ def main(argv=None) -> int:
     from kernelbook.build.nvcc import CompileError
     from kernelbook.gate import GateFailed
     from kernelbook.gpu import NoGpu
-    from kernelbook.launch.kernel import Crash, KernelFailure
-    from kernelbook.measure.timing import DeviceFault, Hang, TimingError
+    from kernelbook.launch.kernel import Crash, DeviceFault, Hang, KernelFailure
+    from kernelbook.measure.timing import TimingError
     from kernelbook.problems.base import CheckError
     from kernelbook.profile.job import SanitizerFindings
     from kernelbook.profile.ncu import ProfileError

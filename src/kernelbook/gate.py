@@ -31,6 +31,8 @@ FAILURE_KINDS = (
 # What a negative control's `expect` means at the bench: the kind its rows must fail with.
 # (race is the sanitizer's to catch: its bench rows may pass or fail.)
 BENCH_CAUGHT = frozenset({"wrong", "nonfinite", "out_of_bounds", "crash", "hang"})
+# ... and to compute-sanitizer: the tool that must report it (else the sanitize gate fails).
+SANITIZER_CAUGHT = {"out_of_bounds": "memcheck", "race": "racecheck"}
 MAX_LINES = 30  # one screen
 
 
@@ -82,6 +84,7 @@ def failures(
     build: pd.DataFrame | None = None,
     measurements: pd.DataFrame | None = None,
     profile: pd.DataFrame | None = None,
+    sanitizer: pd.DataFrame | None = None,
 ) -> list[Failure]:
     """Every failure of a study's declared variants, expected or not, in table order.
 
@@ -89,7 +92,10 @@ def failures(
     Autotuning candidates are left out: tuning tolerates failed points, and a tuned
     variant none of whose candidates ran is itself a failed (no_winner) row.
     With measurements, a compile failure is read from its bench rows (kind compile);
-    without (no GPU), from the build table.
+    without (no GPU), from the build table. The sanitizer table's findings, hangs and
+    failed runs are failures too (stage ``sanitize``; ``known`` findings are explained, a
+    ``not_run`` row is the bench gate's), and a control whose ``expect`` a tool must catch
+    (SANITIZER_CAUGHT) is one when that tool finds nothing.
     """
     out: list[Failure] = []
     if measurements is None:
@@ -136,6 +142,30 @@ def failures(
                 expects.get(v) is not None,
             )
         )
+    out += _sanitizer_failures(study, expects, sanitizer)
+    return out
+
+
+def _sanitizer_failures(study: str, expects: Mapping[str, str | None], table) -> list[Failure]:
+    out = []
+    rows = [] if table is None or table.empty else [r for _, r in table.iterrows()]
+    for r in rows:
+        v, expect, tool = r["variant"], expects.get(r["variant"]), r["tool"]
+        verdict = r["verdict"]
+        if verdict in ("findings", "hang", "failed"):
+            what = {
+                "findings": f"reports {r['errors']} error(s), {r['warnings']} warning(s)",
+                "hang": "ran out of time",
+                "failed": "failed",
+            }[verdict]
+            kind = {"findings": "findings", "hang": "hang", "failed": "tool"}[verdict]
+            msg = f"{tool} {what}: {r['first_finding'] or 'see its log'}"
+            out.append(Failure(study, v, r["size"], "sanitize", kind, msg, expect is not None))
+        elif SANITIZER_CAUGHT.get(expect) == tool and verdict in ("clean", "not_run"):
+            msg = f"declared expect: {expect} (a negative control), but {tool} " + (
+                "found nothing" if verdict == "clean" else "did not run"
+            )
+            out.append(Failure(study, v, r["size"], "sanitize", "passed", msg, False))
     return out
 
 
@@ -170,7 +200,7 @@ def gate_job(study, out, build=None, measurements=None, profile=None) -> int:
 
     found = failures(
         study.name,
-        {v.id: v.expect for v in study.variants},
+        study.expects(),
         build=read(build),
         measurements=read(measurements),
         profile=read(profile),

@@ -210,6 +210,10 @@ class Study:
         runnable = [s for s in self.sizes if not variant.unmet(s)]
         return min(runnable, key=lambda s: _cost(prob, s, self.dtype)) if runnable else None
 
+    def expects(self) -> dict[str, str | None]:
+        """{variant id: its ``expect`` (None for an ordinary variant)}: what the gates read."""
+        return {v.id: v.expect for v in self.variants}
+
     def variant(self, vid: str) -> Variant:
         for v in (*self.variants, *self.candidates):
             if v.id == vid:

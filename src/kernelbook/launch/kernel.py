@@ -3,6 +3,7 @@ zero-argument function on the current stream, the bench's and ``kernelbook launc
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,61 @@ class KernelFailure(RuntimeError):
 
 class Crash(KernelFailure):
     kind = "crash"
+
+
+class Hang(RuntimeError):
+    """A launch did not finish within the configured time."""
+
+    kind = "hang"
+
+
+class DeviceFault(RuntimeError):
+    """The device reported an error (a crashed kernel leaves a sticky error in the context)."""
+
+    kind = "crash"
+
+
+CUDA_SUCCESS = 0
+CUDA_ERROR_NOT_READY = 600  # cudaErrorNotReady
+
+
+def event_status(event) -> int:
+    """cudaEventQuery's status code for a CuPy event (CuPy returns it without raising)."""
+    import cupy as cp
+
+    return int(cp.cuda.runtime.eventQuery(event.ptr))
+
+
+def error_name(status: int) -> str:
+    import cupy as cp
+
+    try:
+        return cp.cuda.runtime.getErrorName(status)
+    except Exception:  # an unknown code
+        return f"CUDA error {status}"
+
+
+def wait_event(event, timeout_s: float, what: str, limit_name: str) -> None:
+    """Wait for a recorded CuPy ``event``, the one hang and fault watch of every launch
+    (the timer's samples, ``kernelbook launch`` under ncu and compute-sanitizer): still
+    running after ``timeout_s`` is a Hang (``limit_name`` names the setting in the message);
+    an error status (a kernel that faulted leaves the context in a sticky error) is a
+    DeviceFault, reported at once. Polls briefly, then sleeps up to 2 ms between queries."""
+    start = time.monotonic()
+    pause = 0.0
+    while True:
+        status = event_status(event)
+        if status == CUDA_SUCCESS:
+            return
+        if status != CUDA_ERROR_NOT_READY:
+            name = error_name(status)
+            raise DeviceFault(f"{what}: the device reported {name} (a kernel crashed)")
+        elapsed = time.monotonic() - start
+        if elapsed > timeout_s:
+            raise Hang(f"{what}: still running after {timeout_s:g} s ({limit_name}); hang?")
+        if elapsed > 0.0005:
+            pause = min(0.002, pause + 0.00005)
+            time.sleep(pause)
 
 
 def _cuda_error(e: BaseException) -> bool:

@@ -8,13 +8,12 @@ import json
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from kernelbook import gpu, problems
 from kernelbook.build.job import compile_now, row_smem, sibling_build_row
 from kernelbook.config import ConfigError, Project, Study, Variant, tool_limit
-from kernelbook.launch.kernel import kernel_launcher, load_kernel
+from kernelbook.launch.kernel import Hang, kernel_launcher, load_kernel, wait_event
 
 # The NVTX range every launch runs in: ncu's --nvtx-include selects it (profile.ncu).
 NVTX_RANGE = "kernelbook_variant"
@@ -55,20 +54,17 @@ def _eprint(*a):
 
 
 def wait_or_leave(cp, limit: float, where: str) -> None:
-    """Wait for the launch, at most ``limit`` seconds (timeouts.launch_s): a hung kernel
-    cannot be stopped from inside, so the process leaves (exit 124) and takes it along."""
+    """Wait for the launch, at most ``limit`` seconds (timeouts.launch_s), through the
+    timer's own watch (launch.kernel.wait_event): a hung kernel cannot be stopped from
+    inside, so the process leaves (exit 124) and takes it along; a fault is raised."""
     done = cp.cuda.Event(disable_timing=True)
     done.record()
-    start = time.monotonic()
-    while not done.done:
-        if time.monotonic() - start > limit:
-            _eprint(
-                f"kernelbook: error: {where}: launch still running after {limit:g} s "
-                "(timeouts.launch_s); hang?"
-            )
-            sys.stderr.flush()
-            os._exit(124)
-        time.sleep(0.001)
+    try:
+        wait_event(done, limit, f"{where}: launch", "timeouts.launch_s")
+    except Hang as e:
+        _eprint(f"kernelbook: error: {e}")
+        sys.stderr.flush()
+        os._exit(124)
     cp.cuda.runtime.deviceSynchronize()  # raises the launch's error, if any
 
 

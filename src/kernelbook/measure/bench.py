@@ -23,13 +23,15 @@ from kernelbook.build.job import BuildInfo
 from kernelbook.config import Project, Study, Variant
 from kernelbook.launch.kernel import (
     Crash,
+    DeviceFault,
+    Hang,
     Kernel,
     KernelFailure,
     _cuda_error,
     kernel_launcher,
     load_kernel,
 )
-from kernelbook.measure.timing import DeviceFault, Hang, Timer
+from kernelbook.measure.timing import Timer
 from kernelbook.problems.base import CheckError
 from kernelbook.provenance import sha256_file, sha256_source
 

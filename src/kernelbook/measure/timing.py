@@ -38,26 +38,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kernelbook.launch.kernel import device_sm_count
+from kernelbook.launch.kernel import device_sm_count, wait_event
 from kernelbook.measure import cupti, stopping
 from kernelbook.measure.stopping import rse_of_median
 
-__all__ = ["Hang", "DeviceFault", "TimingError", "Stats", "Timer", "rse_of_median"]
-
-CUDA_SUCCESS = 0
-CUDA_ERROR_NOT_READY = 600  # cudaErrorNotReady
-
-
-class Hang(RuntimeError):
-    """A launch did not finish within the configured time."""
-
-    kind = "hang"
-
-
-class DeviceFault(RuntimeError):
-    """The device reported an error (a crashed kernel leaves a sticky error in the context)."""
-
-    kind = "crash"
+__all__ = ["TimingError", "Stats", "Timer", "rse_of_median"]
 
 
 class TimingError(RuntimeError):
@@ -213,22 +198,6 @@ class _HostFlags:
             self.ptr = 0
 
 
-def event_status(event) -> int:
-    """cudaEventQuery's status code for a CuPy event (CuPy returns it without raising)."""
-    import cupy as cp
-
-    return int(cp.cuda.runtime.eventQuery(event.ptr))
-
-
-def error_name(status: int) -> str:
-    import cupy as cp
-
-    try:
-        return cp.cuda.runtime.getErrorName(status)
-    except Exception:  # an unknown code
-        return f"CUDA error {status}"
-
-
 class Timer:
     """Times launch functions on one stream according to a timing policy (config).
 
@@ -290,26 +259,9 @@ class Timer:
                 )
 
     def wait(self, event, what: str) -> None:
-        """Wait for ``event``. A launch still running after launch_timeout_s is a hang; an
-        error status (a kernel that faulted leaves the context in a sticky error) is a
-        fault, reported at once."""
-        timeout = float(self.policy["launch_timeout_s"])
-        start = time.monotonic()
-        pause = 0.0
-        while True:
-            status = event_status(event)
-            if status == CUDA_SUCCESS:
-                return
-            if status != CUDA_ERROR_NOT_READY:
-                raise DeviceFault(
-                    f"{what}: the device reported {error_name(status)} (a kernel crashed)"
-                )
-            elapsed = time.monotonic() - start
-            if elapsed > timeout:
-                raise Hang(f"{what}: still running after {timeout:.0f} s (launch_timeout_s); hang?")
-            if elapsed > 0.0005:
-                pause = min(0.002, pause + 0.00005)
-                time.sleep(pause)
+        """Wait for ``event`` (launch.kernel.wait_event: a Hang after launch_timeout_s, a
+        DeviceFault at once on an error status)."""
+        wait_event(event, float(self.policy["launch_timeout_s"]), what, "launch_timeout_s")
 
     def _sample(
         self, fn: Callable[[], None], what: str, flush: bool, tagged: bool = False

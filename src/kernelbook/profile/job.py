@@ -119,13 +119,15 @@ def roofline_job(study: Study, profile, out, measurements=None, device=None) -> 
 
 
 def sanitize_gate(study: Study, table_path, out) -> int:
+    """The sanitize gate of one study (the bench gate's rules, kernelbook.gate): ``out`` is
+    written when every finding is known or one its negative controls declare."""
     table = tables.read(table_path)
-    found = sanitize.gate(table, study.name, {v.id: v.expect for v in study.variants})
-    if found:
+    found = gate.failures(study.name, study.expects(), sanitizer=table)
+    if any(not f.expected for f in found):
         raise SanitizerFindings(
-            f"{study.name}: compute-sanitizer findings not marked as known (add known_findings "
-            "with the reason to the variant's config entry if they are understood):\n  "
-            + "\n  ".join(found)
+            gate.summary(study.name, found, str(table_path))
+            + "\n(findings that are understood: add known_findings with the reason to the "
+            "variant's config entry)"
         )
     known = int((table["verdict"] == "known").sum())
     Path(out).write_text(

@@ -14,8 +14,6 @@ from kernelbook.launch.process import launch_command
 from kernelbook.procs import ToolTimeout, run_tool
 
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
-# A negative control's `expect` that a sanitizer tool must report (else the gate fails).
-EXPECT_TOOL = {"out_of_bounds": "memcheck", "race": "racecheck"}
 # Bench failures after which the sanitizer is not run: nothing would come of it but a
 # time-out (hang) or the same error (no cubin, no kernel to load).
 NOT_RERUN = frozenset({"hang", "compile", "launch", "no_winner"})
@@ -181,33 +179,3 @@ def sanitize_variant(
             }
         )
     return rows
-
-
-def gate(table, study_name: str, expects: dict[str, str | None] | None = None) -> list[str]:
-    """Unexplained findings in a study's sanitizer table, one line each (empty: all clean).
-
-    Findings, hangs and failed runs of a negative control (a variant with ``expect``) are
-    expected; a control whose `expect` names what a tool catches (EXPECT_TOOL) fails the
-    gate when that tool finds nothing. A ``not_run`` row is the bench gate's to report.
-    """
-    expects = expects or {}
-    out = []
-    for r in table.itertuples():
-        expect = expects.get(r.variant)
-        if r.verdict in ("findings", "hang", "failed") and expect is None:
-            what = (
-                f"reports {r.errors} error(s), {r.warnings} warning(s)"
-                if r.verdict == "findings"
-                else ("ran out of time" if r.verdict == "hang" else "failed")
-            )
-            out.append(
-                f"{study_name}/{r.variant} at {r.size}: {r.tool} {what}: "
-                f"{r.first_finding or 'see its log'}"
-            )
-        elif EXPECT_TOOL.get(expect) == r.tool and r.verdict in ("clean", "not_run"):
-            out.append(
-                f"{study_name}/{r.variant} at {r.size}: declared expect: {expect} (a negative "
-                f"control), but {r.tool} "
-                + ("found nothing" if r.verdict == "clean" else "did not run")
-            )
-    return out
