@@ -146,6 +146,8 @@ class Slot:
     uuid: str
     index: int
     lock: object  # open file holding the lock until the process ends
+    startup_s: float = 0.0  # from the process's import of kernelbook to the lock's request
+    wait_s: float = 0.0  # waiting for the lock (another job measuring on the GPU)
 
 
 def filesystem_type(path: str | Path) -> str:
@@ -249,7 +251,8 @@ def acquire_slot(wait_s: float = 3600.0, preload: tuple[str, ...] = ("cupy", "to
         )
     locks = lock_dir()
     locks.mkdir(parents=True, exist_ok=True)
-    deadline = time.monotonic() + wait_s
+    asked = time.monotonic()
+    deadline = asked + wait_s
     while True:
         for i, uuid in enumerate(info.uuids):
             f = open(locks / lock_name(uuid), "a+")  # noqa: SIM115 - held for the process
@@ -263,7 +266,8 @@ def acquire_slot(wait_s: float = 3600.0, preload: tuple[str, ...] = ("cupy", "to
             f.write(f"{os.getpid()} {' '.join(sys.argv)}\n")
             f.flush()
             os.environ["CUDA_VISIBLE_DEVICES"] = uuid
-            return Slot(uuid, i, f)
+            now = time.monotonic()
+            return Slot(uuid, i, f, asked - kernelbook.STARTED, now - asked)
         if time.monotonic() > deadline:
             raise NoGpu(f"every visible GPU stayed locked for {wait_s:.0f} s ({locks})")
         time.sleep(0.02)

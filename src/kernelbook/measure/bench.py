@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import platform
 import sys
+import time
 from collections.abc import Callable
 
 from kernelbook import gpu, problems, provenance, tables
@@ -177,6 +178,7 @@ def bench_variant(
     problem = problems.get(study.problem)
     if sizes is None:
         sizes = list(variant.tune_sizes) if variant.tune_sizes else list(study.sizes)
+    began = time.monotonic()
     b = Bench(project, study, slot_uuid, log)
     src = project.root / variant.source
     static = {
@@ -230,6 +232,8 @@ def bench_variant(
         rows.append({**blank(s, "failed", f"{kind}: {reason}"), "failure": kind})
 
     checked: dict[str, tuple] = {}
+    spent: dict[str, float] = {}  # seconds of each size's check
+    init_s = None
     current = None  # the size being run when a crash or hang ends the job's use of the GPU
     try:
         if build.failed:
@@ -238,17 +242,22 @@ def bench_variant(
             runnable = []
         else:
             kernel = b.load(variant, build)
+        init_s = time.monotonic() - began
         with b.stream, b.torch.cuda.stream(b.torch_stream):
             for s in runnable:  # correct before fast: every size, before any timing
                 current = s
+                t0 = time.monotonic()
                 try:
                     case, _, launch, result, tol = b.check(kernel, variant, s)
                 except CheckError as e:
                     if not tolerate_failure:
                         raise
                     fail(s, e.kind, str(e))  # the kernel ran: the other sizes still can
+                    rows[-1]["check_s"] = time.monotonic() - t0
                     b.free()
                     continue
+                finally:
+                    spent[problem.label(s)] = time.monotonic() - t0
                 log(f"{b.where(variant, s)}: correct, rel_err {result.rel_err:.2e} (tol {tol:.1e})")
                 checked[problem.label(s)] = (result, launch)
                 del case
@@ -257,9 +266,10 @@ def bench_variant(
                 if problem.label(s) not in checked:
                     continue
                 current = s
-                rows.append(
-                    _time_size(b, kernel, variant, s, checked[problem.label(s)], blank, samples)
-                )
+                t0 = time.monotonic()
+                row = _time_size(b, kernel, variant, s, checked[problem.label(s)], blank, samples)
+                row.update(check_s=spent[problem.label(s)], timing_s=time.monotonic() - t0)
+                rows.append(row)
                 b.free()
     except (KernelFailure, Hang) as e:
         kind = getattr(e, "kind", "hang")
@@ -279,6 +289,8 @@ def bench_variant(
                 fail(s, kind, f"not run: the {kind} at {at} ended the job's use of the GPU ({e})")
     finally:
         b.close()
+    for r in rows:  # the job's set-up, shared by its sizes (kernelbook.report.pipeline_cost)
+        r["init_s"] = init_s
     order = {problem.label(s): i for i, s in enumerate(sizes)}
     return sorted(rows, key=lambda r: order.get(r["size"], len(order)))
 

@@ -76,7 +76,7 @@ def bench_job(
             project, study, variant, info, slot.uuid, sizes=parsed,
             tolerate_failure=record_failure, samples=samples,
         )  # fmt: skip
-    return _finish(rows, problem, samples, out, samples_out)
+    return _finish(rows, problem, samples, out, samples_out, slot)
 
 
 def _tuned_job(
@@ -136,14 +136,17 @@ def _tuned_job(
         if bench.device_lost(got):
             break
     # samples are labelled with the candidate that ran, as its own jobs' samples
-    return _finish(rows, problem, samples, out, samples_out)
+    return _finish(rows, problem, samples, out, samples_out, slot)
 
 
-def _finish(rows, problem, samples, out, samples_out) -> int:
-    """Write and print a job's rows; after a crash or a hang, leave without the clean-up
-    that would wait on the lost device (the rows are on disk by then)."""
+def _finish(rows, problem, samples, out, samples_out, slot) -> int:
+    """Write and print a job's rows (each with the job's start-up and its wait for the GPU);
+    after a crash or a hang, leave without the clean-up that would wait on the lost device
+    (the rows are on disk by then)."""
     import pandas as pd
 
+    for r in rows:
+        r.update(job_startup_s=slot.startup_s, job_wait_s=slot.wait_s)
     if samples_out:  # none when the variant failed before any timing
         tables.write(
             samples or pd.DataFrame(columns=tables.schema("samples").names),
