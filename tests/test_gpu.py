@@ -377,8 +377,8 @@ def test_launch_helper_gives_up_on_a_hang():
     )
     assert proc.returncode == 124, proc.stderr
     assert time.monotonic() - start < 60
-    assert "controls/95_hang at 256x256x256: launch still running after 5 s" in proc.stderr
-    assert "timeouts.launch_s" in proc.stderr
+    said = "controls/95_hang at 256x256x256: still running after 5 s (timeouts.launch_s)"
+    assert said in proc.stderr
 
 
 def _ncu_time_ns(variant, entry, size):

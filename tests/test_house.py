@@ -36,6 +36,7 @@ ALLOWED = {
     "provenance": set(),
     "procs": set(),
     "slurm": set(),
+    "jobserver": set(),  # imports the library by name (its preload), never from it
 }
 
 

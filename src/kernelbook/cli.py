@@ -20,7 +20,11 @@ import sys
 from pathlib import Path
 
 from kernelbook import config as cfg
-from kernelbook import problems
+from kernelbook import jobserver, problems
+
+# The verbs run in a child of the job server: the GPU jobs, whose start-up (torch, CuPy,
+# Triton) is longer than their measurement.
+SERVED = frozenset({"bench", "device", "profile", "sanitize"})
 
 
 def _project(args) -> cfg.Project:
@@ -463,6 +467,12 @@ def main(argv=None) -> int:
     from kernelbook.tables import TableError
 
     args = parser().parse_args(argv)
+    if args.command in SERVED and not jobserver.IN_CHILD:
+        # a GPU job: run it in a child of the job server (kernelbook.jobserver), which has
+        # paid for the imports once; where there is none, here
+        status = jobserver.run(sys.argv[1:] if argv is None else list(argv))
+        if status is not None:
+            return status
     try:
         return args.fn(args)
     except BrokenPipeError:  # the reader left (`kernelbook list | head`): nothing went wrong

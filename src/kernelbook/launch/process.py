@@ -60,7 +60,7 @@ def wait_or_leave(cp, limit: float, where: str) -> None:
     done = cp.cuda.Event(disable_timing=True)
     done.record()
     try:
-        wait_event(done, limit, f"{where}: launch", "timeouts.launch_s")
+        wait_event(done, limit, where, "timeouts.launch_s")
     except Hang as e:
         _eprint(f"kernelbook: error: {e}")
         sys.stderr.flush()
