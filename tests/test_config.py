@@ -387,6 +387,16 @@ BROKEN = [
         [r"timing\.method 'graph' needs timing\.cache 'warm'"],
     ),
     (
+        "timing override host with the default (cold) cache",
+        BASE + "timing: {method: host}\n",
+        [r"timing\.method 'host' needs timing\.cache 'warm'", "no L2 flush", "cache: warm"],
+    ),
+    (
+        "timing override host batch of no time",
+        BASE + "timing: {method: host, cache: warm, host_batch_s: 0}\n",
+        [r"timing\.host_batch_s", "less than or equal to the minimum of 0"],
+    ),
+    (
         "tune space with no valid point",
         sub(
             "    defines: {BS: 32}\n",
@@ -587,6 +597,11 @@ GLOBAL_BROKEN = [
         [r"timing\.method 'graph' needs timing\.cache 'warm'"],
     ),
     ("graph with default cache", {"studies": [], "timing": {"method": "graph"}}, ["graph"]),
+    (
+        "host with cold cache",
+        {"studies": [], "timing": {"method": "host", "cache": "cold"}},
+        [r"timing\.method 'host' needs timing\.cache 'warm'"],
+    ),
     ("arch pattern", {"studies": [], "arch": "sm90"}, [r"arch", "sm90", "does not match"]),
     ("arch pattern 2", {"studies": [], "arch": "gfx90a"}, [r"arch", "gfx90a"]),
     (

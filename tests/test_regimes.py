@@ -2,9 +2,10 @@
 
 CPU tests use the ceilings of the published H200 device tables (worklogs/nvidia-h200/*/
 data/device.parquet). Those tables were measured before the launch-overhead rows existed,
-so the tests add the two launch rows with stated values (LAUNCH_US, LAUNCH_GRAPH_US) and
-check that a table without them is refused by name. GPU tests (-m gpu) measure the rows
-and run every variant at a small and an odd size.
+so the tests add the two launch rows with stated values (LAUNCH_US, LAUNCH_GRAPH_US, per
+op, made by the device table's own row builder, measure.device.overhead_rows) and check
+that a table without them, or with the old GPU-only ones, is refused by name. GPU tests
+(-m gpu) measure the rows and run every variant at a small and an odd size.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import pytest
 import yaml
 
 from kernelbook import gpu, problems, tables
+from kernelbook.measure import device
 from kernelbook.problems.regimes import matmul_n
 from kernelbook.report import prediction
 
@@ -36,13 +38,18 @@ def raw_study() -> dict:
     return yaml.safe_load(STUDY.read_text())
 
 
+OPS = len(device.OVERHEAD_OPS)
+
+
 def device_table(with_launch: bool = True) -> pd.DataFrame:
     d = tables.read(DEVICE)
     if not with_launch:
         return d
+    rows = device.overhead_rows(LAUNCH_US * OPS * 1e-3, LAUNCH_GRAPH_US * OPS * 1e-3, 200, 600, OPS)
     extra = d.iloc[:2].copy()
-    extra["quantity"] = ["launch_overhead_us", "launch_overhead_graph_us"]
-    extra["value"] = [LAUNCH_US, LAUNCH_GRAPH_US]
+    extra["quantity"] = list(rows)
+    extra["value"] = [v for v, _ in rows.values()]
+    extra["method"] = [m for _, m in rows.values()]
     extra["unit"] = "us"
     return pd.concat([d, extra], ignore_index=True)
 
@@ -193,6 +200,46 @@ def test_device_table_without_launch_rows_is_refused_by_name():
         prediction.Ceilings.of(device_table(with_launch=False))
 
 
+def test_old_gpu_only_launch_rows_are_refused_by_name():
+    d = device_table()
+    launch = d["quantity"].isin(prediction.LAUNCH_ROWS)
+    d.loc[launch, "method"] = (
+        "an empty kernel (1 thread) launched once per sample, blocking-kernel event-timed "
+        "median, warm"
+    )  # what the rows said before they were host time
+    with pytest.raises(prediction.RegimesError, match="launch_overhead_us.*run the device rule"):
+        prediction.Ceilings.of(d, "results/nvidia-h200/device.parquet")
+
+
+def test_launch_rows_are_per_op_host_time():
+    """The device table's launch rows: per call over ops, each method saying host wall
+    time (what the model checks for), with the calls of a batch."""
+    rows = device.overhead_rows(0.0431, 0.0082, 120, 640, 5)
+    assert rows["launch_overhead_us"][0] == pytest.approx(8.62)
+    assert rows["launch_overhead_graph_us"][0] == pytest.approx(1.64)
+    for _, method in rows.values():
+        assert prediction.HOST_INCLUSIVE in method and "N=1000" in method
+    assert "120 calls a batch" in rows["launch_overhead_us"][1]
+    assert "640 replays a batch" in rows["launch_overhead_graph_us"][1]
+    assert device.per_op_us(0.0112, 1) == pytest.approx(11.2)
+    with pytest.raises(ValueError, match="at least one op"):
+        device.per_op_us(0.01, 0)
+
+
+def test_the_study_is_host_timed_with_a_warm_cache():
+    from kernelbook import config
+
+    timing = raw_study()["timing"]
+    assert timing["method"] == "host" and timing["cache"] == "warm"
+    text = STUDY.read_text()
+    assert "Timing: host time" in text and "keeps host time out" not in text
+    p = config.load_project_file(
+        REPO / "config" / "config.yaml", overrides={"studies": ["regimes"]}
+    )
+    t = p.study("regimes").timing
+    assert t["method"] == "host" and t["cache"] == "warm" and t["host_batch_s"] > 0
+
+
 def test_prediction_and_binding_term_on_h200_numbers():
     d = device_table()
     c = prediction.Ceilings.of(d)
@@ -215,7 +262,7 @@ def test_prediction_and_binding_term_on_h200_numbers():
     t_e = prediction.terms(4000.0, 4000.0, eager, c)
     t_g = prediction.terms(4000.0, 4000.0, graph, c)
     assert t_e["overhead"] == pytest.approx(4 * LAUNCH_US * 1e-3)
-    assert t_g["overhead"] == pytest.approx((LAUNCH_US + 3 * LAUNCH_GRAPH_US) * 1e-3)
+    assert t_g["overhead"] == pytest.approx(4 * LAUNCH_GRAPH_US * 1e-3)
     assert t_e["memory"] == t_g["memory"] == pytest.approx(4.5 * 4000 / (copy * 1e9) * 1e3)
 
 
@@ -235,7 +282,7 @@ def test_crossovers_where_the_terms_meet():
     g = prediction.crossover(
         prediction.Shape("chain", 4, 4.5, True), c, prediction.op_cost("chain")
     )
-    ratio = 4 * LAUNCH_US / (LAUNCH_US + 3 * LAUNCH_GRAPH_US)
+    ratio = LAUNCH_US / LAUNCH_GRAPH_US  # per op, host-inclusive, eager and graph alike
     assert e["overhead->memory"] / g["overhead->memory"] == pytest.approx(ratio, rel=1e-6)
     # matmul: from overhead straight to compute, 2 n^3 / peak = launch
     m = prediction.crossover(prediction.Shape("matmul"), c, prediction.op_cost("matmul"))
@@ -305,6 +352,9 @@ def measurement_rows(error: float = 0.1) -> pd.DataFrame:
                     "converged": True,
                     "correct": True,
                     "rel_err": 1e-3,
+                    "timing_method": "host",  # as the study measures (timing.method host)
+                    "batch_calls": 100,
+                    "baseline_batch_calls": 100,
                 }
             )
     return pd.DataFrame(rows)
@@ -368,6 +418,9 @@ def test_figures_and_page(regimes_tables, tmp_path):
         assert (out / "figures" / f"{name}.svg").is_file()
     page = (out / "worklog.md").read_text()
     assert "Three regimes: time against size" in page
+    # the page names the instrument: host time, never kernel time
+    assert "| timing | host: host wall time per call over batches of back-to-back calls" in page
+    assert "kernel time from CUPTI" not in page and "of kernel time" not in page
     assert "Crossovers. 01_scale_eager: model overhead->memory at N = " in page
     assert "CUDA graph against eager launches" in page
     assert "**Model at 1000000.** 0.0025 ms, overhead-bound; measured 0.00275 ms (1.1x)." in page
@@ -400,7 +453,8 @@ def test_device_table_launch_overhead_rows():
         timer.close()
     plain, graph = rows["launch_overhead_us"][0], rows["launch_overhead_graph_us"][0]
     assert 0.1 < plain < 50 and 0.01 < graph < 50
-    assert graph < plain  # a kernel of a graph costs less than a launch of its own
+    assert graph < plain  # an op replayed from a graph costs its caller less than an eager one
+    assert all(prediction.HOST_INCLUSIVE in method for _, method in rows.values())
 
 
 def _torch_case(case):

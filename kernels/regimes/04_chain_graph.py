@@ -1,7 +1,8 @@
 # chain, CUDA graph: the eager chain's four kernels captured once in a CUDA graph and
 # replayed: the same kernels and the same traffic as 02 (traffic 4.5), but one graph launch
-# instead of four stream launches, so the per-launch cost that sets the overhead regime
-# shrinks to the graph's per-kernel cost (launch_overhead_graph_us in the device table).
+# instead of four eager calls, so the per-op cost that sets the overhead regime shrinks
+# from an eager op's dispatch and launch to an op's share of a replay
+# (launch_overhead_graph_us in the device table, host-timed like the rows).
 import torch
 
 from kernelbook.problems.regimes import eager, torch_operands

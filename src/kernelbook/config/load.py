@@ -25,13 +25,24 @@ from kernelbook.config.sizes import _complete_size, expand_sizes
 # Loading
 
 
+def check_timing(t: dict, where: str) -> None:
+    """The timing settings' combinations the schema cannot say; ``where`` names the file
+    (the config, or the study whose block this is)."""
+    if t["method"] == "graph" and t["cache"] == "cold":
+        raise ConfigError(f"{where}: timing.method 'graph' needs timing.cache 'warm'")
+    if t["method"] == "host" and t["cache"] == "cold":
+        raise ConfigError(
+            f"{where}: timing.method 'host' needs timing.cache 'warm': host time is measured "
+            "over back-to-back calls with no L2 flush between them, so a cold cache cannot "
+            "be honoured (set cache: warm in the same timing block)"
+        )
+    if t["max_samples"] < t["min_samples"]:
+        raise ConfigError(f"{where}: timing.max_samples is below timing.min_samples")
+
+
 def load_settings(data: Any, source: str = "config") -> dict[str, Any]:
     settings = validate(data, "config", source)
-    t = settings["timing"]
-    if t["method"] == "graph" and t["cache"] == "cold":
-        raise ConfigError(f"{source}: timing.method 'graph' needs timing.cache 'warm'")
-    if t["max_samples"] < t["min_samples"]:
-        raise ConfigError(f"{source}: timing.max_samples is below timing.min_samples")
+    check_timing(settings["timing"], source)
     return settings
 
 
@@ -112,10 +123,7 @@ def load_study(path: Path, settings: dict, root: Path) -> Study:
         jsonschema.validate(timing, sub)
     except jsonschema.ValidationError as e:
         raise ConfigError(f"{shown}: timing.{_where(e.absolute_path)}: {e.message}") from None
-    if timing["method"] == "graph" and timing["cache"] == "cold":
-        raise ConfigError(f"{shown}: timing.method 'graph' needs timing.cache 'warm'")
-    if timing["max_samples"] < timing["min_samples"]:
-        raise ConfigError(f"{shown}: timing.max_samples is below timing.min_samples")
+    check_timing(timing, shown)
 
     prob_raw = dict(raw.get("profile", {}))
     profile_sizes = tuple(

@@ -55,12 +55,13 @@ def error_name(status: int) -> str:
         return f"CUDA error {status}"
 
 
-def wait_event(event, timeout_s: float, what: str, limit_name: str) -> None:
+def wait_event(event, timeout_s: float, what: str, limit_name: str, spin: bool = False) -> None:
     """Wait for a recorded CuPy ``event``, the one hang and fault watch of every launch
     (the timer's samples, ``kernelbook launch`` under ncu and compute-sanitizer): still
     running after ``timeout_s`` is a Hang (``limit_name`` names the setting in the message);
     an error status (a kernel that faulted leaves the context in a sticky error) is a
-    DeviceFault, reported at once. Polls briefly, then sleeps up to 2 ms between queries."""
+    DeviceFault, reported at once. Polls briefly, then sleeps up to 2 ms between queries
+    (``spin``: never sleeps)."""
     start = time.monotonic()
     pause = 0.0
     while True:
@@ -73,7 +74,7 @@ def wait_event(event, timeout_s: float, what: str, limit_name: str) -> None:
         elapsed = time.monotonic() - start
         if elapsed > timeout_s:
             raise Hang(f"{what}: still running after {timeout_s:g} s ({limit_name}); hang?")
-        if elapsed > 0.0005:
+        if elapsed > 0.0005 and not spin:
             pause = min(0.002, pause + 0.00005)
             time.sleep(pause)
 

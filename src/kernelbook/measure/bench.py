@@ -14,6 +14,7 @@ device unusable, so the sizes not yet done fail with it. Without, the first fail
 from __future__ import annotations
 
 import json
+import math
 import platform
 import sys
 import time
@@ -324,13 +325,33 @@ def _copy_launcher(b: Bench, nbytes: float):
     return memcpy_launcher(cp, cp.empty_like(src), src, half, b.stream.ptr)
 
 
+def sample_instruments(st) -> list[dict]:
+    """Each sample of one function's Stats as the samples table's instrument columns: ms
+    (by the measurement's instrument), event_ms, kernel_span_ms, kernel_sum_ms and kernels
+    (empty where the instrument has none: host has no events and no kernels), batch_calls
+    (host only)."""
+    n = len(st.samples)
+    events = st.events or (None,) * n
+    sums = st.kernel_sums or (None,) * n
+    counts = st.kernel_counts or (None,) * n
+    return [
+        {
+            "ms": ms,
+            "timing_method": st.method,
+            "event_ms": ev,
+            "kernel_span_ms": ms if st.method == "cupti" else None,
+            "kernel_sum_ms": ks,
+            "kernels": None if kc is None else int(round(kc)),
+            "batch_calls": st.batch_calls,
+        }
+        for ms, ev, ks, kc in zip(st.samples, events, sums, counts, strict=True)
+    ]
+
+
 def _sample_rows(b: Bench, variant, label: str, stats) -> list[dict]:
     rows = []
     for fn, st in stats.items():
         clocks = b.sampler.sm_clock_at(st.times)
-        n = len(st.samples)
-        sums = st.kernel_sums or (None,) * n
-        counts = st.kernel_counts or (None,) * n
         rows += [
             {
                 "study": b.study.name,
@@ -338,20 +359,44 @@ def _sample_rows(b: Bench, variant, label: str, stats) -> list[dict]:
                 "size": label,
                 "function": fn,
                 "sample": i,
-                "ms": ms,
-                "timing_method": st.method,
-                "event_ms": ev,
-                "kernel_span_ms": ms if st.method == "cupti" else None,
-                "kernel_sum_ms": ks,
-                "kernels": None if kc is None else int(round(kc)),
+                **cols,
                 "sm_clock_mhz": clk,
                 "gpu_uuid": b.provenance["gpu_uuid"],
             }
-            for i, (ms, ev, ks, kc, clk) in enumerate(
-                zip(st.samples, st.events, sums, counts, clocks, strict=True)
-            )
+            for i, (cols, clk) in enumerate(zip(sample_instruments(st), clocks, strict=True))
         ]
     return rows
+
+
+def instrument_columns(v, bl) -> dict:
+    """A measurements row's instrument columns from the variant's and the baseline's Stats:
+    which instrument made median_ms (and why not CUPTI, where it is events), the second
+    instrument's medians (events: empty for host), CUPTI's kernel sums and counts (empty but
+    for cupti), and a host batch's calls (empty but for host)."""
+    return {
+        "timing_method": v.method,
+        "timing_note": v.note,
+        "event_median_ms": v.event_median,
+        "kernel_sum_median_ms": v.kernel_sum_median,
+        "kernels_per_call": v.kernels_per_call,
+        "baseline_event_median_ms": bl.event_median,
+        "baseline_kernel_sum_median_ms": bl.kernel_sum_median,
+        "baseline_kernels_per_call": bl.kernels_per_call,
+        "batch_calls": v.batch_calls,
+        "baseline_batch_calls": bl.batch_calls,
+    }
+
+
+def _finite(x: float) -> float | None:
+    """``x``, or None for NaN (JSON has no NaN: a host row has no event median)."""
+    return None if math.isnan(x) else x
+
+
+def _beside(st) -> str:
+    """What the log shows beside a median: the events, or a host batch's calls."""
+    if st.batch_calls is not None:
+        return f"{st.batch_calls} calls a batch"
+    return f"events {st.event_median:.4f}"
 
 
 def _time_size(b: Bench, kernel, variant, s, checked, blank, samples=None) -> dict:
@@ -386,15 +431,8 @@ def _time_size(b: Bench, kernel, variant, s, checked, blank, samples=None) -> di
         samples += _sample_rows(b, variant, problem.label(s), stats)
     v, bl = stats["variant"], stats["baseline"]
     row = blank(s, "ok", None)
+    row.update(instrument_columns(v, bl))
     row.update(
-        timing_method=v.method,
-        timing_note=v.note,
-        event_median_ms=v.event_median,
-        kernel_sum_median_ms=v.kernel_sum_median,
-        kernels_per_call=v.kernels_per_call,
-        baseline_event_median_ms=bl.event_median,
-        baseline_kernel_sum_median_ms=bl.kernel_sum_median,
-        baseline_kernels_per_call=bl.kernels_per_call,
         median_ms=v.median,
         q1_ms=v.q1,
         q3_ms=v.q3,
@@ -437,7 +475,7 @@ def _time_size(b: Bench, kernel, variant, s, checked, blank, samples=None) -> di
                 n: {
                     "mode": e.mode,
                     "median_ms": stats["baseline:" + n].median,
-                    "event_median_ms": stats["baseline:" + n].event_median,
+                    "event_median_ms": _finite(stats["baseline:" + n].event_median),
                     "kernels_per_call": stats["baseline:" + n].kernels_per_call,
                     "tflops": flop / (stats["baseline:" + n].median * 1e-3) / 1e12,
                     "gbps": nbytes / (stats["baseline:" + n].median * 1e-3) / 1e9,
@@ -455,9 +493,9 @@ def _time_size(b: Bench, kernel, variant, s, checked, blank, samples=None) -> di
         )
     flag = " THROTTLED " + env["throttle_reasons"] if env["throttled"] else ""
     b.log(
-        f"{where}: {v.median:.4f} ms {v.method} (events {v.event_median:.4f}; "
+        f"{where}: {v.median:.4f} ms {v.method} ({_beside(v)}; "
         f"{row['tflops']:.2f} TFLOP/s, n={v.n}, {v.stop_reason}), "
-        f"{study.baseline} {bl.median:.4f} ms (events {bl.event_median:.4f}, "
+        f"{study.baseline} {bl.median:.4f} ms ({_beside(bl)}, "
         f"{bl.kernels_per_call or '-'} kernels) -> {row['pct_of_baseline']:.1f} %"
         + "".join(f", {n} {stats['baseline:' + n].median:.4f} ms" for n in extras)
         + flag

@@ -1,4 +1,9 @@
-"""The device table: NVML and CUDA facts, theoretical peaks, and measured ceilings."""
+"""The device table: NVML and CUDA facts, theoretical peaks, and measured ceilings.
+
+The ceilings (copy, L2, L1, cuBLAS) are GPU time: CUPTI kernel time where it attaches, else
+the blocking-kernel events. The launch overheads are host-inclusive: what an eager op, and
+an op replayed from a CUDA graph, costs its caller in the overhead regime (host time over
+back-to-back calls, kernelbook.measure.host), which is what the regimes model needs."""
 
 from __future__ import annotations
 
@@ -177,9 +182,12 @@ def measure_device(project, slot_uuid: str, log: Callable[[str], None] = print) 
 
 
 def instrument_text(st) -> str:
-    """'CUPTI kernel-time median' or 'blocking-kernel event median (CUPTI ...: why)'."""
+    """'CUPTI kernel-time median', 'host wall-time median ...' or 'blocking-kernel event
+    median (CUPTI ...: why)'."""
     if st.method == "cupti":
         return "CUPTI kernel-time median"
+    if st.method == "host":
+        return f"host wall-time median per call, {st.batch_calls} back-to-back calls a batch"
     return "blocking-kernel event median" + (f" ({st.note})" if st.note else "")
 
 
@@ -191,44 +199,105 @@ def write_device_table(project, out: Path, slot_uuid: str) -> None:
     )
 
 
-EMPTY_KERNEL = 'extern "C" __global__ void kb_empty() {}'
+# The launch-overhead rows: a chain of tiny elementwise bfloat16 ops, as an eager forward
+# pass issues them, at the regimes study's smallest size.
+OVERHEAD_N = 1000
+OVERHEAD_OPS = ("mul", "add", "tanh", "mul", "mul")
+
+
+def overhead_chain(torch, n: int = OVERHEAD_N):
+    """The eager call of the OVERHEAD_OPS chain on ``n`` bfloat16 elements: five elementwise
+    ops, each its own PyTorch call and kernel, intermediates from the caching allocator, the
+    last into a preallocated output (the closure holds the buffers)."""
+    g = torch.Generator(device="cuda").manual_seed(1)
+    x = torch.randn(n, device="cuda", generator=g).to(torch.bfloat16)
+    y = torch.empty_like(x)
+
+    def call():
+        a = torch.mul(x, 1.5)
+        a = torch.add(a, 0.5)
+        a = torch.tanh(a)
+        a = torch.mul(a, x)
+        torch.mul(a, 2.5, out=y)
+
+    return call
+
+
+def captured(torch, fn):
+    """``fn`` captured once in a CUDA graph (warmed up on a side stream first, as torch
+    asks): the graph's replay, which launches the same kernels from one call."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    torch.cuda.synchronize()
+    return graph
+
+
+def per_op_us(per_call_ms: float, ops: int) -> float:
+    """Microseconds an op: a call's milliseconds over the ops it issues."""
+    if int(ops) < 1:
+        raise ValueError(f"a call issues at least one op, not {ops}")
+    return per_call_ms * 1e3 / int(ops)
+
+
+# What every launch-overhead row's method says, and the regimes model checks for
+# (kernelbook.report.prediction.HOST_INCLUSIVE): a table measured before (the GPU time of an
+# empty kernel) is refused rather than read as the caller's cost.
+HOST_WALL_TIME = "host wall time"
+
+
+def overhead_rows(
+    eager_ms: float, graph_ms: float, eager_calls: int, graph_calls: int, ops: int
+) -> dict[str, tuple[float, str]]:
+    """The device table's launch-overhead rows, {quantity: (µs per op, method)}, from the
+    host-timed medians per call of the eager chain of ``ops`` ops and of its graph's replay
+    and the calls of their batches."""
+    chain = f"{ops} elementwise bfloat16 torch ops ({', '.join(OVERHEAD_OPS)}) at N={OVERHEAD_N}"
+    how = f"{HOST_WALL_TIME} per call over back-to-back calls, one sync at the end of a batch"
+    return {
+        "launch_overhead_us": (
+            per_op_us(eager_ms, ops),
+            f"a chain of {chain} called eagerly, {how} ({eager_calls} calls a batch), "
+            f"median per call / {ops}, warm",
+        ),
+        "launch_overhead_graph_us": (
+            per_op_us(graph_ms, ops),
+            f"a chain of {chain} captured in one CUDA graph and replayed, {how} "
+            f"({graph_calls} replays a batch), median per replay / {ops}, warm",
+        ),
+    }
 
 
 def launch_overhead(timing: dict, timer: Timer) -> dict[str, tuple[float, str]]:
-    """{quantity: (microseconds, method)}: the GPU time of an empty kernel (one thread), timed
-    by the blocking-kernel Timer (no host time in a sample) through a plain launch and as one
-    of ``graph_launches`` kernels of a CUDA graph (the graph's time over its kernels). The
-    floor of the overhead regime: kernelbook.report.prediction predicts with these."""
-    import cupy as cp
+    """{quantity: (microseconds, method)}: what an op costs its caller, host included, in the
+    overhead regime: a chain of OVERHEAD_OPS tiny elementwise ops called eagerly, and the
+    same chain replayed from a CUDA graph, both host-timed (``timing.method: host``: wall
+    time per call over back-to-back calls, one synchronisation at the end of each batch,
+    warm), sampled alternately; per op = per call / ops. The overhead term of the regimes
+    model (kernelbook.report.prediction) multiplies these by a variant's launches."""
+    import torch
 
-    kernel = cp.RawKernel(EMPTY_KERNEL, "kb_empty")
-
-    def empty():
-        kernel((1,), (1,), ())
-
-    out = {}
-    # events by choice: the GPU's own work around a launch is what this measures, and
-    # kernel time leaves it out
-    plain = Timer(timer.policy, 0, timer.stream, timer.torch_stream, kernel_clock=False)
+    ops = len(OVERHEAD_OPS)
+    policy = {
+        **timer.policy,
+        **{k: v for k, v in timing.items() if k.startswith("host_batch")},
+        "method": "host",
+        "cache": "warm",
+    }
+    host_timer = Timer(policy, 0, timer.stream, timer.torch_stream, kernel_clock=False)
     try:
-        t = plain.measure({"empty": empty}, "empty kernel, plain launch")["empty"].median
+        eager = overhead_chain(torch)
+        graph = captured(torch, eager)
+        st = host_timer.measure(
+            {"eager": eager, "graph": graph.replay}, f"{ops}-op chain, eager and CUDA graph"
+        )
     finally:
-        plain.close()
-    out["launch_overhead_us"] = (
-        t * 1e3,
-        "an empty kernel (1 thread) launched once per sample, blocking-kernel event-timed "
-        "median, warm",
-    )
-    launches = int(timing["graph_launches"])
-    graph_policy = {**timer.policy, "method": "graph", "cache": "warm", "graph_launches": launches}
-    graph_timer = Timer(graph_policy, 0, timer.stream, timer.torch_stream, kernel_clock=False)
-    try:
-        t = graph_timer.measure({"empty": empty}, "empty kernel, CUDA graph")["empty"].median
-    finally:
-        graph_timer.close()
-    out["launch_overhead_graph_us"] = (
-        t * 1e3,
-        f"the same empty kernel captured {launches} times in one CUDA graph, the graph's "
-        "blocking-kernel event-timed median over its kernels, warm",
-    )
-    return out
+        host_timer.close()
+    e, g = st["eager"], st["graph"]
+    return overhead_rows(e.median, g.median, e.batch_calls, g.batch_calls, ops)

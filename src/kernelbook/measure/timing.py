@@ -21,6 +21,10 @@ the kernels launched inside the timed call, from the first one's start to the la
 sample as the second instrument. Where CUPTI cannot attach, the events are the sample, and
 every row says which instrument made it (``Stats.method``, ``Stats.note``).
 
+With ``method: host`` (studies whose subject is overhead) none of that applies: a sample is
+the host's wall time of a batch of back-to-back calls ending with one synchronisation, over
+its calls (kernelbook.measure.host); no blocking kernel, no flush, no CUPTI, no events.
+
 The functions of a measurement (variant, baseline, copy) are sampled alternately, so all
 see the same clocks and temperature, and "% of baseline" is a ratio measured side by side.
 The blocking kernel gives up after ``block_timeout_s``; a sample whose queueing took longer
@@ -39,7 +43,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kernelbook.launch.kernel import device_sm_count, wait_event
-from kernelbook.measure import cupti, stopping
+from kernelbook.measure import cupti, host, stopping
 from kernelbook.measure.stopping import rse_of_median
 
 __all__ = ["TimingError", "Stats", "Timer", "rse_of_median"]
@@ -69,13 +73,14 @@ class Stats:
     stop_reason: str = ""
     samples: tuple[float, ...] = field(default=(), repr=False)  # ms, in sampling order
     times: tuple[float, ...] = field(default=(), repr=False)  # host monotonic s at each end
-    method: str = cupti.EVENTS  # the instrument of ``samples``: cupti or events
+    method: str = cupti.EVENTS  # the instrument of ``samples``: cupti, events or host
     note: str | None = None  # why CUPTI did not make ``samples``, where it did not
-    # the events around each sample (ms), on every sample, whatever the instrument
+    # the events around each sample (ms), on every sample of cupti and events (none: host)
     events: tuple[float, ...] = field(default=(), repr=False)
     # CUPTI: each sample's sum of kernel durations (ms) and its number of kernels
     kernel_sums: tuple[float, ...] = field(default=(), repr=False)
     kernel_counts: tuple[float, ...] = field(default=(), repr=False)
+    batch_calls: int | None = None  # host: the calls of each sample's batch
 
     @property
     def rel_std(self) -> float:
@@ -106,6 +111,7 @@ class Stats:
         events=None,
         kernel_sums=(),
         kernel_counts=(),
+        batch_calls: int | None = None,
     ) -> Stats:
         a = np.asarray(samples, dtype=np.float64)
         q1, med, q3 = np.percentile(a, [25, 50, 75])
@@ -128,6 +134,7 @@ class Stats:
             events=tuple(float(x) for x in (a if events is None else events)),
             kernel_sums=tuple(float(x) for x in kernel_sums),
             kernel_counts=tuple(float(x) for x in kernel_counts),
+            batch_calls=None if batch_calls is None else int(batch_calls),
         )
 
 
@@ -201,8 +208,8 @@ class _HostFlags:
 class Timer:
     """Times launch functions on one stream according to a timing policy (config).
 
-    ``kernel_clock=False`` times with events only (the device table's launch overhead,
-    which is the GPU's work around a launch, the very thing kernel time leaves out)."""
+    ``kernel_clock=False`` times with events only, never CUPTI. ``method: host`` times
+    with the host clock over batches of back-to-back calls (kernelbook.measure.host)."""
 
     def __init__(
         self, policy: dict, l2_bytes: int, cupy_stream, torch_stream=None, kernel_clock=True
@@ -214,8 +221,16 @@ class Timer:
         self.rule = stopping.Rule.of(policy)
         self.stream = cupy_stream
         self.torch_stream = torch_stream
+        method = policy.get("method", cupti.EVENTS)
+        self.host = method == cupti.HOST
         self.cold = policy["cache"] == "cold"
-        self.blocking = bool(policy.get("blocking_kernel", True))
+        if self.host and self.cold:  # the config refuses it too, naming the study
+            raise TimingError(
+                "timing.method 'host' needs timing.cache 'warm' (no L2 flush between "
+                "back-to-back calls)"
+            )
+        # host time is the subject: nothing holds the calls back
+        self.blocking = bool(policy.get("blocking_kernel", True)) and not self.host
         self.block_timeout_ns = int(float(policy.get("block_timeout_s", 2.0)) * 1e9)
         # Reading twice the L2 evicts everything a previous launch left there.
         self.flush_bytes = 2 * int(l2_bytes) if self.cold else 0
@@ -230,13 +245,16 @@ class Timer:
         sms = device_sm_count()
         self._flush_grid = (sms * 4,)
         self._start, self._end = cp.cuda.Event(), cp.cuda.Event()
+        self._done = cp.cuda.Event(disable_timing=True)  # the end of a host-timed batch
         self.dropped = 0  # samples dropped: the host outlasted the blocking kernel, or
         # CUPTI recorded no kernel for the sample
-        method = policy.get("method", cupti.EVENTS)
-        self.clock = cupti.clock() if kernel_clock and method != cupti.HOST else None
-        # the planned instrument, and why not CUPTI (a measurement may still fall back)
+        self.clock = cupti.clock() if kernel_clock and not self.host else None
+        # the planned instrument, and why not CUPTI (a measurement may still fall back);
+        # host rows are host-timed by choice: no reason to give
         self.instrument = cupti.instrument(method, self.clock is not None)
-        self.note = cupti.reason() if kernel_clock and self.clock is None else None
+        self.note = (
+            cupti.reason() if kernel_clock and self.clock is None and not self.host else None
+        )
 
     def close(self):
         """Free the host flags once the stream is idle. After a crash the context is dead:
@@ -258,10 +276,13 @@ class Timer:
                     self._flush_grid, (512,), (self._flush_buf, n, np.int32(0x5A5A5A5A), self._sink)
                 )
 
-    def wait(self, event, what: str) -> None:
+    def wait(self, event, what: str, spin: bool = False) -> None:
         """Wait for ``event`` (launch.kernel.wait_event: a Hang after launch_timeout_s, a
-        DeviceFault at once on an error status)."""
-        wait_event(event, float(self.policy["launch_timeout_s"]), what, "launch_timeout_s")
+        DeviceFault at once on an error status). ``spin``: poll without sleeping (host
+        timing: the moment the event completes ends the batch's time, so no sleep may add
+        to it)."""
+        limit = float(self.policy["launch_timeout_s"])
+        wait_event(event, limit, what, "launch_timeout_s", spin=spin)
 
     def _sample(
         self, fn: Callable[[], None], what: str, flush: bool, tagged: bool = False
@@ -318,10 +339,54 @@ class Timer:
         ev.record(self.stream)
         self.wait(ev, what)
 
+    def _batch(self, fn: Callable[[], None], calls: int, what: str) -> float:
+        """Host seconds of ``calls`` back-to-back calls of ``fn`` and one synchronisation at
+        the end (an event, waited for with the hang and fault checks, spinning)."""
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        self._done.record(self.stream)
+        self.wait(self._done, what, spin=True)
+        return time.perf_counter() - t0
+
+    def _measure_host(self, fns: dict[str, Callable[[], None]], what: str) -> dict[str, Stats]:
+        """Host time: each function warmed up, its batch calibrated, then one batch of each
+        in turn until the stopping rule says stop (kernelbook.measure.host)."""
+        p = self.policy
+        for name, fn in fns.items():
+            for _ in range(int(p["warmup"])):
+                fn()
+            self.wait_stream(f"{what} [{name}] warm-up")
+        batches = {
+            name: (lambda k, fn=fn, w=f"{what} [{name}]": self._batch(fn, k, w))
+            for name, fn in fns.items()
+        }
+        series, verdict = host.measure(
+            batches,
+            self.rule,
+            float(p.get("host_batch_s", host.MIN_BATCH_S)),
+            int(p.get("host_batch_max", host.MAX_CALLS)),
+        )
+        return {
+            name: Stats.of(
+                s.samples,
+                verdict.converged,
+                verdict.reason,
+                s.times,
+                method=cupti.HOST,
+                events=(),
+                batch_calls=s.calls,
+            )
+            for name, s in series.items()
+        }
+
     def measure(self, fns: dict[str, Callable[[], None]], what: str) -> dict[str, Stats]:
         """Sample every function alternately until the stopping rule says stop: on CUPTI
         kernel time where CUPTI attached, else (and, whole, where CUPTI records no kernel
-        for a function) on the events, with the reason in every Stats' note."""
+        for a function) on the events, with the reason in every Stats' note; with
+        ``method: host``, on the host clock over batches of back-to-back calls."""
+        if self.instrument == cupti.HOST:
+            return self._measure_host(fns, what)
         if self.clock is None:
             return self._measure(fns, what, False, self.note)
         try:

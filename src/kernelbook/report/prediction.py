@@ -2,7 +2,7 @@
 
 For a variant at a size, the predicted time is the largest of three terms:
 
-    overhead = launch overhead x launches           (the device table's empty kernel)
+    overhead = launch overhead x launches           (the device table's cost of an op)
     memory   = traffic x bytes_min / copy bandwidth  (the device table's measured copy)
     compute  = flop / peak                           (BF16 tensor peak for matmul: the
                                                       measured cuBLAS BF16 rate; else the
@@ -11,10 +11,14 @@ For a variant at a size, the predicted time is the largest of three terms:
 and the term that is largest *binds*. ``launches`` (kernels one call launches) and
 ``traffic`` (bytes moved, in multiples of the op's minimum) are the variant's
 ``predict:`` entries, written before measuring (default 1 each); ``graph: 1`` says the
-launches are replayed from a CUDA graph: the graph's launch costs one plain launch and each
-further kernel the graph's per-kernel overhead. The launch overheads are GPU time (the
-blocking-kernel timer keeps host time out of every sample), so the overhead regime here is
-the GPU's own per-launch cost, not Python's.
+launches are replayed from a CUDA graph. The launch overheads are what an op costs its
+caller, host included, as the regimes study measures its rows (``timing.method: host``: wall
+time per call over back-to-back calls): the device table's ``launch_overhead_us`` is an op
+of a chain of tiny eager PyTorch ops (the dispatch and launch of each), and
+``launch_overhead_graph_us`` an op of the same chain replayed from a CUDA graph (the
+replay's own cost spread over its ops, as measured). So an eager variant's overhead is
+``launch_overhead_us`` x launches and a graph variant's ``launch_overhead_graph_us`` x
+launches: the overhead regime is the caller's cost of a call, Python's dispatch included.
 
 The measurements table's rows carry the prediction (``predicted_ms``, ``predicted_bound``)
 and, for measured rows, ``prediction_error`` = measured / predicted - 1.
@@ -33,6 +37,13 @@ from kernelbook import tables
 
 TERMS = ("overhead", "memory", "compute")
 COLORS = {"overhead": "#fde0c5", "memory": "#c6dbef", "compute": "#d9f0d3"}
+
+
+# What the device table's launch-overhead rows say of their method since they are the
+# caller's cost (kernelbook.measure.device.HOST_WALL_TIME); before, they were the GPU time of
+# an empty kernel, which this model no longer means.
+HOST_INCLUSIVE = "host wall time"
+LAUNCH_ROWS = ("launch_overhead_us", "launch_overhead_graph_us")
 
 
 class RegimesError(ValueError):
@@ -60,6 +71,15 @@ class Ceilings:
                 "since launch overheads were added: run the device rule again)"
             )
 
+        if "method" in device:
+            rows = device[device["quantity"].isin(LAUNCH_ROWS)]
+            old = rows[~rows["method"].astype(str).str.contains(HOST_INCLUSIVE, regex=False)]
+            if len(old):
+                raise RegimesError(
+                    f"{source}: {', '.join(dict.fromkeys(old['quantity']))} measured as the "
+                    "GPU time of an empty kernel, not as the host-inclusive cost of an op the "
+                    "model uses now: run the device rule again (delete the table first)"
+                )
         return cls(
             launch_us=need("launch_overhead_us"),
             launch_graph_us=need("launch_overhead_graph_us"),
@@ -91,10 +111,8 @@ class Shape:
 
 def terms(flop: float, nbytes: float, shape: Shape, c: Ceilings) -> dict[str, float]:
     """The three terms in milliseconds."""
-    if shape.graph:
-        overhead_us = c.launch_us + c.launch_graph_us * max(shape.launches - 1, 0)
-    else:
-        overhead_us = c.launch_us * shape.launches
+    per_op = c.launch_graph_us if shape.graph else c.launch_us
+    overhead_us = per_op * shape.launches
     peak = c.bf16_tflops if shape.op == "matmul" else c.fp32_tflops
     return {
         "overhead": overhead_us * 1e-3,

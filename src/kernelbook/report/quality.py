@@ -60,7 +60,11 @@ def timer_description(meas: pd.DataFrame) -> str:
             "last kernel end), the blocking-kernel CUDA events beside it (event_median_ms)"
         )
     if "host" in methods:
-        said.append("host wall time per call over back-to-back calls, one sync at the end")
+        said.append(
+            "host wall time per call over batches of back-to-back calls (batch_calls each, "
+            "one synchronisation at the end of a batch): what a call costs its caller, host "
+            "included; no kernel time and no events for these rows"
+        )
     if methods - {"cupti", "host"} or not said:
         if "blocking_kernel" in meas and meas["blocking_kernel"].fillna(False).astype(bool).any():
             said.append(
