@@ -22,11 +22,18 @@ _CUBINS = pytest.StashKey[str]()
 
 
 def pytest_configure(config):
-    """One content-hashed cubin cache (kernelbook.build.CACHE_ENV) for the whole run: each
+    """Without a GPU the job server (kernelbook.jobserver) is off, unless the caller set
+    it: a CPU test's GPU verbs only fail with NoGpu, and a server per repository copy would
+    import torch again for each (tests/test_jobserver.py turns it on for itself).
+
+    One content-hashed cubin cache (kernelbook.build.CACHE_ENV) for the whole run: each
     kernel is compiled by nvcc once, then reused by every test, every xdist worker and every
     pipeline job the tests start (they inherit the environment). Removed at the end."""
+    from kernelbook import gpu, jobserver
     from kernelbook.build import nvcc as build
 
+    if jobserver.ENV not in os.environ and gpu.detect()[0] is None:
+        os.environ[jobserver.ENV] = "0"
     if hasattr(config, "workerinput") or os.environ.get(build.CACHE_ENV):
         return  # an xdist worker (the controller made it), or a cache the caller chose
     path = tempfile.mkdtemp(prefix="kernelbook-test-cubins-")

@@ -38,7 +38,8 @@ import time
 from pathlib import Path
 
 ENV = "KERNELBOOK_JOBSERVER"  # "0" runs every job in its own interpreter
-IDLE_S = 120.0  # the server leaves after this long without a job
+IDLE_ENV = "KERNELBOOK_JOBSERVER_IDLE_S"
+IDLE_S = 120.0  # the server leaves after this long without a job (default of IDLE_ENV)
 SPAWN_WAIT_S = 60.0  # how long a client waits for a server it started to listen
 # Imported by the server before it forks (none of them initialises CUDA on import).
 PRELOAD = (
@@ -198,8 +199,11 @@ def _child(entry, request: dict, fds: list[int]) -> None:
         os._exit(status)
 
 
-def serve(path: Path, entry_name: str = ENTRY, idle_s: float = IDLE_S) -> int:
-    """Preload, listen at ``path``, fork a child per request until idle for ``idle_s``."""
+def serve(path: Path, entry_name: str = ENTRY, idle_s: float | None = None) -> int:
+    """Preload, listen at ``path``, fork a child per request until idle for ``idle_s``
+    (default: $KERNELBOOK_JOBSERVER_IDLE_S, else IDLE_S)."""
+    if idle_s is None:
+        idle_s = float(os.environ.get(IDLE_ENV, IDLE_S))
     for name in PRELOAD:
         with contextlib.suppress(Exception):  # a job says what is missing, itself
             importlib.import_module(name)
