@@ -193,6 +193,113 @@ def test_the_page_shows_verdicts(softmax_page):
     assert f"seed {compare.SEED}" in md
     answer = r"\*\*Answer at .*% of torch\*\* \(.*; interval \[[\d.]+, [\d.]+\] %, \w+\)"
     assert re.search(answer, md)
-    # a step that claims an improvement but is not faster is named before the ladder
+    # a step whose `claims: faster` its interval does not bear out is named before the ladder
     front = md.split("## The ladder", 1)[0]
-    assert "**03_warp_shuffle** says it improves on 02_fused_block" in front
+    assert "**03_warp_shuffle** claims to be faster than 02_fused_block, but" in front
+
+
+# ------------------------------------------------------------------------------------------
+# Which samples are a row's: the samples table's job column
+
+
+def tuned_tables(job: bool = True):
+    """A tuned variant t as its jobs leave it: its winner c1 timed in its own tuning job
+    (1.00 ms), then re-timed in t's job (1.05 ms, the confirmation: t's row), each beside the
+    baseline (2 ms). The samples name the candidate that ran; ``job`` adds the job column."""
+    tuning, retime = 1.00 * series("plain", 1, 80), 1.05 * series("plain", 2, 120)
+    base_tuning, base_retime = 2.0 * series("plain", 3, 80), 2.0 * series("plain", 4, 120)
+
+    def row(variant, kind, tuned_from, x, b, selected=None):
+        return {
+            "study": "s", "variant": variant, "variant_kind": kind, "tuned_from": tuned_from,
+            "size": "1024", "status": "ok", "median_ms": float(np.median(x)),
+            "n_samples": len(x), "selected_median_ms": selected,
+            "pct_of_baseline": 100.0 * float(np.median(b) / np.median(x)),
+        }  # fmt: skip
+
+    meas = pd.DataFrame(
+        [
+            row("c1", "candidate", "t", tuning, base_tuning),
+            row("t", "tuned", "c1", retime, base_retime, float(np.median(tuning))),
+        ]
+    )
+    samp = []
+    for jobname, x, b in (("c1", tuning, base_tuning), ("t", retime, base_retime)):
+        for fn, ms in (("variant", x), ("baseline", b)):
+            samp += [
+                {"study": "s", "variant": "c1", "job": jobname, "size": "1024", "function": fn,
+                 "sample": i, "ms": float(m)}
+                for i, m in enumerate(ms)
+            ]  # fmt: skip
+    samp = pd.DataFrame(samp)
+    return meas, (samp if job else samp.drop(columns="job")), (tuning, retime)
+
+
+def test_a_tuned_row_takes_exactly_its_own_jobs_samples():
+    meas, samp, (tuning, retime) = tuned_tables()
+    idx = compare.indexed(samp)
+    assert idx.exact and compare.has_jobs(samp)
+    cand, tuned = meas.iloc[0], meas.iloc[1]
+    assert np.array_equal(np.sort(compare.row_samples(idx, tuned)["variant"]), np.sort(retime))
+    assert np.array_equal(np.sort(compare.row_samples(idx, cand)["variant"]), np.sort(tuning))
+    # its interval is of the re-timing alone: the ratio of the medians it shows, unmoved
+    got = compare.with_intervals(meas, samp).iloc[1]
+    lo, hi = compare.ratio_interval(
+        compare.row_samples(idx, tuned)["baseline"], retime, "s|t|1024|baseline"
+    )[1:]
+    assert (got["pct_of_baseline_lo"], got["pct_of_baseline_hi"]) == pytest.approx(
+        (100 * lo, 100 * hi), rel=1e-12
+    )
+    assert "re-timing's samples alone" in compare.method_note(samp)
+    # the distribution figure reads the same samples
+    from kernelbook.report import quality
+
+    rows = quality.sample_rows(meas.assign(variant_kind="tuned"), samp, "1024")
+    assert len(rows[rows["row"] == "t"]) == 2 * len(retime)
+
+
+def test_older_samples_without_the_job_column_pool_a_tuned_winners_jobs():
+    """Published tables have no job column: a tuned row's samples are its winner's, both of
+    its jobs pooled, as before the column (and the page says so)."""
+    meas, samp, (tuning, retime) = tuned_tables(job=False)
+    idx = compare.indexed(samp)
+    assert not idx.exact and not compare.has_jobs(samp)
+    got = compare.row_samples(idx, meas.iloc[1])["variant"]
+    assert np.array_equal(np.sort(got), np.sort(np.concatenate([tuning, retime])))
+    assert "pools its tuning job's samples" in compare.method_note(samp)
+    assert "tuned winner" not in compare.method_note(None)  # no samples: nothing to say
+    # a table gathered from older and newer jobs: the rows without a job are their variant's
+    mixed = pd.concat([samp.iloc[:5], tuned_tables()[1].iloc[5:]], ignore_index=True)
+    assert not compare.has_jobs(mixed) and len(compare.indexed(mixed)[("s", "t", "1024")])
+
+
+def test_a_selection_row_is_its_winners_tuning_job_and_a_confirmation_never_is():
+    meas, samp, (tuning, _) = tuned_tables()
+    own = samp[samp["job"] == "c1"]  # the tuned variant's job took no samples
+    idx = compare.indexed(own)
+    # the selection's row (no confirmation): the winner's best in its tuning job
+    selection = meas.iloc[1].copy()
+    selection["selected_median_ms"] = None
+    assert np.array_equal(np.sort(compare.row_samples(idx, selection)["variant"]), np.sort(tuning))
+    # a confirmed row is the re-timing's: never the tuning job's samples in its place
+    assert compare.row_samples(idx, meas.iloc[1]) == {}
+
+
+def test_the_samples_table_keeps_the_job_and_reads_older_tables(tmp_path):
+    from kernelbook import tables
+
+    _, samp, _ = tuned_tables()
+    samp = samp.assign(gpu_uuid="GPU-0")
+    tables.write(samp, tmp_path / "new.parquet", "samples")
+    assert set(tables.read(tmp_path / "new.parquet")["job"]) == {"c1", "t"}
+    # an older job's table (no job column) is still written and read; gathered with a newer
+    # one, its rows have no job
+    tables.write(samp.drop(columns="job"), tmp_path / "old.parquet", "samples")
+    both = tables.gather(
+        [tmp_path / "old.parquet", tmp_path / "new.parquet"], tmp_path / "all.parquet", "samples"
+    )
+    assert both["job"].isna().sum() == len(samp) and not compare.has_jobs(both)
+    published = tables.read(
+        REPO / "worklogs" / "nvidia-h200" / "softmax" / "data" / "samples.parquet"
+    )
+    assert "job" not in published.columns and not compare.indexed(published).exact

@@ -165,6 +165,29 @@ def test_spec_hash_follows_the_resolved_entry(sgemm):
     assert changed.spec_sha256() != naive.spec_sha256()
     # what does not change the build or launch does not change the hash
     assert dataclasses.replace(naive, says="other words").spec_sha256() == naive.spec_sha256()
+    claimed = dataclasses.replace(naive, claims={"previous": "slower"})
+    assert claimed.spec_sha256() == naive.spec_sha256()
+
+
+def test_claims_of_the_real_studies(sgemm):
+    """A step's claims, resolved to {against: verdict}; study.json carries them and its
+    hash follows them (a changed claim rewrites study.json, reruns no bench)."""
+    from kernelbook.report import meta
+
+    assert sgemm.variant("01_naive").claims == {}
+    assert sgemm.variant("02_coalescing").claims == {"previous": "faster"}
+    assert sgemm.variant("08_bank_padding").claims == {
+        "06_vectorized": "faster",
+        "07_bank_relayout": "same",
+    }
+    got = {v["id"]: v["claims"] for v in meta.study_meta(sgemm, REPO)["variants"]}
+    assert got["08_bank_padding"] == {"06_vectorized": "faster", "07_bank_relayout": "same"}
+    v = sgemm.variant("02_coalescing")
+    other = dataclasses.replace(v, claims={"previous": "same"})
+    changed = dataclasses.replace(
+        sgemm, variants=tuple(other if x.id == v.id else x for x in sgemm.variants)
+    )
+    assert meta.spec_hash(changed) != meta.spec_hash(sgemm)
 
 
 def test_controls_study(controls):
@@ -582,6 +605,48 @@ def test_schema_errors_name_the_variant_by_id(root):
     with pytest.raises(ConfigError) as e:
         load_text(root, BASE + "    says: [1]\n")
     assert str(e.value).startswith(f"{STUDY}: variants[0] (01_naive).says: "), str(e.value)
+
+
+def test_claims_refused_by_name(root):
+    """`claims:` is a verdict against the step before it, or a mapping from previous,
+    baseline or a variant id to one; anything else is refused, naming file, variant and
+    key."""
+    where = f"{STUDY}: variants[1] (02_coalescing).claims"
+    for bad, says in (
+        ("quicker", "'quicker' is not a valid value here (faster, same or slower"),
+        ("[faster]", "['faster'] is not a valid value here"),
+        ("{previous: quicker}", "previous: 'quicker' is not one of ['faster', 'same', 'slower']"),
+        ("{}", "{} should be non-empty"),
+        (
+            "{03_gone: faster}",
+            "'03_gone' is not previous, baseline or a variant of this study "
+            "(known: previous, baseline, 01_naive)",
+        ),
+        ("{02_coalescing: same}", "02_coalescing is this variant itself"),
+    ):
+        with pytest.raises(ConfigError) as e:
+            load_text(root, BASE + VARIANT_2 + f"    claims: {bad}\n")
+        assert str(e.value).startswith(where), str(e.value)
+        assert says in str(e.value), str(e.value)
+    with pytest.raises(ConfigError) as e:
+        load_text(root, BASE + "    claims: faster\n" + VARIANT_2)
+    assert str(e.value) == (
+        f"{STUDY}: variants[0] (01_naive).claims: the first variant has no step before it; "
+        "name what it is against (baseline or a variant id)"
+    )
+    control = VARIANT_2.replace("id: 02_coalescing", "id: 90_w") + "    expect: wrong\n"
+    with pytest.raises(ConfigError) as e:
+        load_text(root, BASE + control + "    claims: {baseline: slower}\n")
+    assert str(e.value) == (
+        f"{STUDY}: variants[1] (90_w).claims: a negative control (expect: wrong) is not timed, "
+        "so it can claim no speed"
+    )
+    study = load_text(
+        root, BASE + "    claims: {baseline: slower}\n" + VARIANT_2 + "    claims: same\n"
+    )
+    assert [v.claims for v in study.variants] == [{"baseline": "slower"}, {"previous": "same"}]
+    study = load_text(root, BASE + VARIANT_2 + "    claims: {01_naive: faster, baseline: same}\n")
+    assert study.variant("02_coalescing").claims == {"01_naive": "faster", "baseline": "same"}
 
 
 # ------------------------------------------------------------------------------------------

@@ -152,6 +152,7 @@ def load_study(path: Path, settings: dict, root: Path) -> Study:
         candidates.extend(cands)
         claimed = [*sizes, *profile_sizes, *([sanitize_size] if sanitize_size else [])]
         _check_launches([v, *cands], claimed, smem_optin_limit(v.target(settings["arch"])), where)
+    _check_claims(variants, shown)
     return Study(
         name=name,
         path=shown,
@@ -195,6 +196,45 @@ def _check_launches(variants, sizes, smem_limit: int | None, where: str) -> None
             except ConfigError as e:
                 who = f" candidate {v.id}" if v.tuned_from else ""
                 raise ConfigError(f"{where}:{who} {str(e).partition(': ')[2]}") from None
+
+
+CLAIM_REFERENCES = ("previous", "baseline")  # besides the ids of the study's other variants
+
+
+def claims_of(raw) -> dict[str, str]:
+    """A variant's ``claims:`` as {against: verdict}: a bare verdict is against 'previous'."""
+    if not raw:
+        return {}
+    return {"previous": raw} if isinstance(raw, str) else dict(raw)
+
+
+def _check_claims(variants: list[Variant], shown: str) -> None:
+    """Each claim is against the step before it, the baseline or another variant of the
+    study, and is made by a variant that is timed (not a negative control)."""
+    ids = [v.id for v in variants]
+    for i, v in enumerate(variants):
+        if not v.claims:
+            continue
+        where = f"{shown}: variants[{i}] ({v.id}).claims"
+        if v.expect:
+            raise ConfigError(
+                f"{where}: a negative control (expect: {v.expect}) is not timed, so it can "
+                "claim no speed"
+            )
+        for ref in v.claims:
+            if ref == "previous" and i == 0:
+                raise ConfigError(
+                    f"{where}: the first variant has no step before it; name what it is "
+                    "against (baseline or a variant id)"
+                )
+            if ref == v.id:
+                raise ConfigError(f"{where}: {ref} is this variant itself")
+            if ref not in CLAIM_REFERENCES and ref not in ids:
+                known = ", ".join([*CLAIM_REFERENCES, *(x for x in ids if x != v.id)])
+                raise ConfigError(
+                    f"{where}: '{ref}' is not previous, baseline or a variant of this study "
+                    f"(known: {known})"
+                )
 
 
 def _check_flow_commas(data, shown: str) -> None:
@@ -352,6 +392,7 @@ def _variant(study, vraw, settings, root, problem, params, sizes, where):
         smem=vraw.get("smem", 0),
         requires=tuple(vraw.get("requires", [])),
         says=vraw.get("says", ""),
+        claims=claims_of(vraw.get("claims")),
         predict=dict(vraw.get("predict", {})),
         expect=vraw.get("expect"),
         computes=vraw.get("computes"),

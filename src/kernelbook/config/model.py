@@ -53,6 +53,9 @@ class Variant:
     smem: Any
     requires: tuple[str, ...]
     says: str = ""
+    # the speed this step claims, {against: verdict}: against 'previous', 'baseline' or a
+    # variant id, a verdict faster, same or slower; checked on the page, not part of spec()
+    claims: dict[str, str] = field(default_factory=dict)
     predict: dict[str, float] = field(default_factory=dict)
     expect: str | None = None
     computes: str | None = None  # an alternative function of the problem (reference kernels)

@@ -356,6 +356,7 @@ def _sample_rows(b: Bench, variant, label: str, stats) -> list[dict]:
             {
                 "study": b.study.name,
                 "variant": variant.id,
+                "job": variant.id,  # a tuned variant's job relabels its own (measure.job)
                 "size": label,
                 "function": fn,
                 "sample": i,

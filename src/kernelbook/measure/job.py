@@ -124,10 +124,13 @@ def _tuned_job(
             info = BuildInfo(
                 Path(tuned_table), "", nvcc_flags_text(project, variant), why, "no_winner"
             )
+        start = len(samples)
         got = bench.bench_variant(
             project, study, run, info, slot.uuid, sizes=run_sizes,
             tolerate_failure=record_failure, samples=samples,
         )  # fmt: skip
+        for x in samples[start:]:
+            x["job"] = variant.id  # this job's, apart from the candidate's own job's
         for r in got:
             r.update(variant=variant.id, variant_kind="tuned", tuned_from=cand)
             if cand is not None and won.get(r["size"]) == cand:
@@ -135,7 +138,7 @@ def _tuned_job(
         rows += got
         if bench.device_lost(got):
             break
-    # samples are labelled with the candidate that ran, as its own jobs' samples
+    # samples name the candidate that ran (variant) and this job (job: the tuned variant)
     return _finish(rows, problem, samples, out, samples_out, slot)
 
 

@@ -100,35 +100,76 @@ def verdict(lo: float, hi: float, threshold: float = THRESHOLD) -> str:
     return "ambiguous"
 
 
-def indexed(samples: pd.DataFrame | None) -> dict:
-    """(study, job, size) -> {function: sample array}, in one pass over the samples table.
+class SampleIndex(dict):
+    """(study, job, size) -> {function: sample array}; ``exact``: every sample names its job
+    (the samples table's job column), so each measurements row finds exactly its own."""
 
-    An autotuning candidate that won is timed twice under its own name (its tuning job,
-    then the tuned variant's re-timing); the table does not say which sample is of which
-    job (no run column, and a page's tables are read in canonical row order), so both runs
-    are pooled: the same kernel under the same conditions."""
+    exact: bool = False
+
+
+def has_jobs(samples: pd.DataFrame | None) -> bool:
+    """Whether every sample names the bench job that took it (the samples table's job
+    column; tables written before it have none)."""
+    return (
+        samples is not None
+        and len(samples) > 0
+        and "job" in samples.columns
+        and bool(samples["job"].notna().all())
+    )
+
+
+def indexed(samples: pd.DataFrame | None) -> SampleIndex:
+    """The samples by the bench job that took them, in one pass over the samples table.
+
+    A job is the measurements row's variant: a plain variant's or a candidate's own job,
+    or a tuned variant's job (its winners re-timed at the tune sizes, the pick size's winner
+    at the other sizes), whose samples name the candidate that ran as their variant and the
+    tuned variant as their job. Tables written before the job column (the published data up
+    to then) do not say which sample is of which job: each sample's job is then taken to be
+    its variant, and a tuned row pools its winner's tuning job with the re-timing
+    (row_samples), the same kernel under the same conditions."""
+    out = SampleIndex()
     if samples is None or samples.empty:
-        return {}
-    out: dict = {}
-    for (st, v, size, fn), g in samples.groupby(
-        ["study", "variant", "size", "function"], sort=False
-    )["ms"]:
-        out.setdefault((st, v, size), {})[fn] = g.to_numpy(dtype=np.float64)
+        return out
+    job = samples["variant"]
+    if "job" in samples.columns:
+        out.exact = has_jobs(samples)
+        job = samples["job"].where(samples["job"].notna(), samples["variant"])
+    keyed = samples.assign(_job=job)
+    for (st, j, size, fn), g in keyed.groupby(["study", "_job", "size", "function"], sort=False)[
+        "ms"
+    ]:
+        out.setdefault((st, j, size), {})[fn] = g.to_numpy(dtype=np.float64)
     return out
 
 
-def row_samples(idx: dict, row) -> dict[str, np.ndarray]:
-    """The samples behind one measurements row, by function (variant, baseline, copy): a
-    tuned row's are its winning candidate's (tuned_from); empty when the table has none."""
-    job = row.get("variant")
-    if row.get("variant_kind") == "tuned" and isinstance(row.get("tuned_from"), str):
-        job = row["tuned_from"]
-    return idx.get((row.get("study"), job, row.get("size")), {})
+def row_key(row, have, exact: bool) -> tuple:
+    """(study, job, size) of the samples behind one measurements row, given the keys the
+    samples table has (``have``) and whether it names every sample's job (``exact``). A
+    row is of its own job; a tuned row is of the tuned variant's job where that job timed
+    it, else (a selection row: the winner's best in its tuning job) of the winner's job
+    (tuned_from). Without the job column a tuned row's samples are its winner's, both jobs
+    pooled (indexed)."""
+    key = (row.get("study"), row.get("variant"), row.get("size"))
+    if row.get("variant_kind") != "tuned" or not isinstance(row.get("tuned_from"), str):
+        return key
+    winner = (row.get("study"), row["tuned_from"], row.get("size"))
+    if exact:
+        confirmed = pd.notna(row.get("selected_median_ms"))
+        return key if key in have or confirmed else winner
+    return key if key in have else winner
+
+
+def row_samples(idx: SampleIndex, row) -> dict[str, np.ndarray]:
+    """The samples behind one measurements row, by function (variant, baseline, copy): those
+    of the job the row is of (row_key); empty when the table has none."""
+    return idx.get(row_key(row, idx, idx.exact), {})
 
 
 def anchored(got: tuple[float, float, float], shown) -> tuple[float, float, float]:
     """An interval moved onto the ratio the page shows (from the rows' medians): the same
-    relative width. They differ only where samples were pooled (a tuned winner)."""
+    relative width. They differ by the samples' float32 rounding, and where samples were
+    pooled (a tuned winner in tables without the job column)."""
     point, lo, hi = got
     if shown is None or pd.isna(shown) or not np.isfinite(point) or not point:
         return got
@@ -136,10 +177,17 @@ def anchored(got: tuple[float, float, float], shown) -> tuple[float, float, floa
     return (float(shown), lo * k, hi * k)
 
 
-def ladder_intervals(head: pd.DataFrame, order: list[str], samples: pd.DataFrame | None) -> dict:
+def ladder_intervals(
+    head: pd.DataFrame,
+    order: list[str],
+    samples: pd.DataFrame | None,
+    against: dict[str, list[str]] | None = None,
+) -> dict:
     """For each ok variant of a ladder at one size (head: its rows indexed by variant):
     intervals of its speed against the baseline, the copy and the step before it (each
-    (point, lo, hi)), and the verdicts against the step before and against the baseline."""
+    (point, lo, hi)), and the verdicts against the step before and against the baseline;
+    ``against`` (variant -> other variants) adds, under "named", (interval, verdict) against
+    each of those measured ok in head."""
     idx = indexed(samples)
     out: dict[str, dict] = {}
     prev = None
@@ -161,18 +209,25 @@ def ladder_intervals(head: pd.DataFrame, order: list[str], samples: pd.DataFrame
             ),
             "previous": (np.nan,) * 3,
             "prev": prev,
+            "named": {},
         }
         if prev is not None:
-            p = row_samples(idx, head.loc[prev]).get("variant", [])
-            got["previous"] = anchored(
-                ratio_interval(p, x, key + f"|previous|{prev}"),
-                head.loc[prev, "median_ms"] / r["median_ms"],
-            )
+            got["previous"] = _against(idx, head, prev, r, x, key + f"|previous|{prev}")
+        for other in (against or {}).get(v, []):
+            if other != v and other in head.index and head.loc[other, "status"] == "ok":
+                ci = _against(idx, head, other, r, x, key + f"|named|{other}")
+                got["named"][other] = (ci, verdict(*ci[1:]))
         got["vs_previous"] = verdict(*got["previous"][1:]) if prev is not None else None
         got["vs_baseline"] = verdict(*got["baseline"][1:])
         out[v] = got
         prev = v
     return out
+
+
+def _against(idx, head, other: str, r, x, key: str) -> tuple[float, float, float]:
+    """The speed of row r (samples x) against head's row of variant ``other``."""
+    p = row_samples(idx, head.loc[other]).get("variant", [])
+    return anchored(ratio_interval(p, x, key), head.loc[other, "median_ms"] / r["median_ms"])
 
 
 def with_intervals(df: pd.DataFrame, samples: pd.DataFrame | None) -> pd.DataFrame:
@@ -197,14 +252,22 @@ def with_intervals(df: pd.DataFrame, samples: pd.DataFrame | None) -> pd.DataFra
     return df.assign(**cols)
 
 
-def method_note() -> str:
+def method_note(samples: pd.DataFrame | None = None) -> str:
+    """The page's line on how intervals and verdicts are made, for this samples table."""
+    tuned = "; each is moved onto the row's ratio"
+    if samples is not None and len(samples):
+        tuned = (
+            "; a tuned winner's interval is of its re-timing's samples alone"
+            if has_jobs(samples)
+            else "; a tuned winner's interval pools its tuning job's samples with its "
+            "re-timing's, which this samples table (no job column) does not tell apart"
+        ) + ", and each is moved onto the row's ratio"
     return (
         f"Intervals: {LEVEL:.0%} percentile bootstrap of the ratio of medians from the raw "
-        f"samples ({RESAMPLES} resamples of each side, seed {SEED}; a tuned winner's interval "
-        "pools its tuning job's samples with its re-timing's, which the samples table does not "
-        "tell apart, and is moved onto the row's ratio). Verdicts: *same* when the "
-        f"whole interval lies within +-{THRESHOLD:.0%}, else *faster* or *slower* when it lies "
-        "above or below 1, else *ambiguous*; *no samples* where the samples table has none."
+        f"samples ({RESAMPLES} resamples of each side, seed {SEED}{tuned}). Verdicts: *same* "
+        f"when the whole interval lies within +-{THRESHOLD:.0%}, else *faster* or *slower* "
+        "when it lies above or below 1, else *ambiguous*; *no samples* where the samples "
+        "table has none."
     )
 
 

@@ -1,5 +1,5 @@
-"""study.json: what a study's page needs from its config (titles, ladder order, says and
-predict per variant, references, each kernel's leading comment), written at build time."""
+"""study.json: what a study's page needs from its config (titles, ladder order, says, claims
+and predict per variant, references, each kernel's leading comment), written at build time."""
 
 from __future__ import annotations
 
@@ -57,6 +57,7 @@ def study_meta(study, root: str | Path) -> dict:
                 "source": v.source,
                 "entry": v.entry,
                 "says": v.says,
+                "claims": dict(v.claims),
                 "predict": dict(v.predict),
                 "expect": v.expect,
                 **({"computes": v.computes} if v.computes else {}),  # a reference kernel
@@ -119,7 +120,7 @@ def spec_hash(study) -> str:
             "sizes": study.sizes,
             "references": study.references,
             "variants": [
-                {**v.spec(), "id": v.id, "says": v.says, "predict": v.predict}
+                {**v.spec(), "id": v.id, "says": v.says, "claims": v.claims, "predict": v.predict}
                 for v in (*study.variants, *study.candidates)
             ],
         },

@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from kernelbook.report import pipeline_cost, plot
+from kernelbook.report import compare, pipeline_cost, plot
 
 # The stable-denominator bound: a baseline's median at one size may spread by at most this
 # (max over min) across the jobs of one run; the page flags sizes above it.
@@ -80,19 +80,20 @@ def timer_description(meas: pd.DataFrame) -> str:
 
 def sample_rows(meas: pd.DataFrame, samples: pd.DataFrame, size: str) -> pd.DataFrame:
     """The samples behind each non-candidate row at ``size``, labelled with the row's
-    variant: a tuned row's samples are those of the candidate that won (tuned_from)."""
+    variant: those of the row's own bench job (compare.row_key; in tables without the job
+    column, a tuned row's are the winning candidate's, both of its jobs pooled)."""
     rows = meas[(meas["size"] == size) & (meas["status"] == "ok")]
     rows = rows[rows["variant_kind"] != "candidate"]
+    at = samples[samples["size"] == size]
+    jobs = at["job"].where(at["job"].notna(), at["variant"]) if "job" in at else at["variant"]
+    have = set(zip(at["study"], jobs, at["size"], strict=True))
+    exact = compare.has_jobs(samples)
     out = []
-    for r in rows.itertuples():
-        job = (
-            r.tuned_from
-            if r.variant_kind == "tuned" and isinstance(r.tuned_from, str)
-            else r.variant
-        )
-        s = samples[(samples["variant"] == job) & (samples["size"] == size)]
+    for _, r in rows.iterrows():
+        study, job, _ = compare.row_key(r, have, exact)
+        s = at[(at["study"] == study) & (jobs == job)]
         if len(s):
-            out.append(s.assign(row=r.variant))
+            out.append(s.assign(row=r["variant"]))
     return pd.concat(out, ignore_index=True) if out else samples.iloc[0:0].assign(row=[])
 
 

@@ -1,13 +1,12 @@
 """The ladder step by step: its table at the headline size, and one section per variant (what
-changed, prediction, model, measurement, profiler deltas, resources, sanitizer)."""
+changed and how its claims fared, prediction, model, measurement, profiler deltas, resources,
+sanitizer)."""
 
 from __future__ import annotations
 
-import re
-
 import pandas as pd
 
-from kernelbook.report import compare
+from kernelbook.report import claims, compare
 from kernelbook.report.data import (
     StudyData,
     candidate_id,
@@ -41,7 +40,9 @@ def interval(got: dict | None, what: str, scale: float = 1.0) -> str:
 def ladder_table(data, order, head, base, unit, fom, cis=None) -> str:
     # bandwidth studies also show the variant against a device copy of the same bytes
     copy = fom == "gbps" and "pct_of_copy" in head
-    cis = cis if cis is not None else compare.ladder_intervals(head, order, data.table("samples"))
+    if cis is None:
+        against = claims.named(data, order)
+        cis = compare.ladder_intervals(head, order, data.table("samples"), against)
     rows = []
     prev_ms = None
     for v in order:
@@ -81,39 +82,14 @@ def ladder_table(data, order, head, base, unit, fom, cis=None) -> str:
     return md_table(heads, rows, "ll" + "r" * (len(heads) - 4) + "ll")
 
 
-# a `says` that claims an improvement: any of these comparative words
-CLAIMS = re.compile(
-    r"\b(faster|speed-?ups?|quicker|fewer|less|more|better|instead of|gone|removed|"
-    r"overlaps?|no barrier|reduces?|hides?)\b",
-    re.IGNORECASE,
-)
-
-
-def claim_notes(data, order, cis: dict) -> list[str]:
-    """Read-first bullets: a step whose `says` claims an improvement but whose interval
-    against the step before it does not say faster."""
-    out = []
-    for v in order:
-        got = cis.get(v)
-        says = variant_info(data, v).get("says") or ""
-        if not got or got.get("prev") is None or not CLAIMS.search(says):
-            continue
-        if got["vs_previous"] != "faster":
-            p, lo, hi = got["previous"]
-            out.append(
-                f'**{v}** says it improves on {got["prev"]} ("{esc(says[:80])}'
-                f'{"..." if len(says) > 80 else ""}"), but its speed against it is '
-                f"{fmt(p)}x, interval [{fmt(lo)}, {fmt(hi)}]: **{got['vs_previous']}**."
-            )
-    return out
-
-
-def variant_section(data, v, prev, head, base, unit, fom, cis=None) -> list[str]:
+def variant_section(data, v, prev, head, base, unit, fom, cis=None, checks=()) -> list[str]:
+    """One step's section; ``checks``: the study's claim checks (kernelbook.report.claims)."""
     info = variant_info(data, v)
     ci = (cis or {}).get(v)
     L = [f"### {v}", ""]
     if info.get("says"):
         L += [f"**What changed.** {info['says']}", ""]
+    L += claims.section_lines(list(checks), v, headline_size(data))
     if info.get("header"):
         src = info.get("source") or ""
         L += [f"From `{src}`:" if src else "From the kernel file:", ""]

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from kernelbook.report import compare, diagnostics, figures, plot, quality
+from kernelbook.report import claims, compare, diagnostics, figures, plot, quality
 from kernelbook.report.data import (
     StudyData,
     baseline_label,
@@ -47,8 +47,8 @@ from kernelbook.report.sections import (
     regenerate_commands,
     sorted_rows,
 )
-from kernelbook.report.steps import claim_notes, ladder_table, variant_section
 from kernelbook.report.steps import interval as ci_text
+from kernelbook.report.steps import ladder_table, variant_section
 
 # ------------------------------------------------------------------------------------------
 # Figures
@@ -215,7 +215,8 @@ def render_markdown(
     prov = provenance(data)
     byname = {f.name: f for f in figs}
     s = summary(data)
-    cis = compare.ladder_intervals(head, order, data.table("samples"))
+    cis = compare.ladder_intervals(head, order, data.table("samples"), claims.named(data, order))
+    checks = claims.checks(data, order, cis, head, base, size)
     L: list[str] = []
     L.append(f"# {meta.get('title') or data.study}")
     L.append("")
@@ -263,7 +264,7 @@ def render_markdown(
 
     L.append("## Read this first")
     L.append("")
-    notes = attention(data, stale) + claim_notes(data, order, cis)
+    notes = attention(data, stale) + claims.notes(checks, size)
     if notes:
         L += [f"- {n}" for n in notes]
     else:
@@ -280,7 +281,7 @@ def render_markdown(
         L.append("")
     L.append(ladder_table(data, order, head, base, unit, fom, cis))
     L.append("")
-    L.append(compare.method_note())
+    L.append(compare.method_note(data.table("samples")))
     L.append("")
 
     L += quality.spread_section(data.measurements, base, fmt)
@@ -289,7 +290,7 @@ def render_markdown(
     L.append("")
     prev = None
     for v in order:
-        L += variant_section(data, v, prev, head, base, unit, fom, cis)
+        L += variant_section(data, v, prev, head, base, unit, fom, cis, checks)
         if v in head.index and head.loc[v, "status"] == "ok":
             prev = v
 
