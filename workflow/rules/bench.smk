@@ -21,6 +21,7 @@ rule bench:
     priority: 10
     conda:
         "../envs/kernelbook.yaml"
+    threads: host_timed_threads
     resources:
         gpu=1,
         gpu_model=GPU_MODEL,
@@ -68,6 +69,7 @@ rule bench_tuned_sweep:
     priority: 10
     conda:
         "../envs/kernelbook.yaml"
+    threads: host_timed_threads
     resources:
         gpu=1,
         gpu_model=GPU_MODEL,
@@ -113,6 +115,8 @@ rule device:
     priority: 20
     conda:
         "../envs/kernelbook.yaml"
+    # every core: its launch overheads are host time (nothing else may compete for the CPU)
+    threads: ALL_CORES
     resources:
         gpu=1,
         gpu_model=GPU_MODEL,

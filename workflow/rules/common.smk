@@ -2,6 +2,7 @@
 # functions that turn a study's variants into jobs.
 
 import json
+import os
 import shlex
 import sys
 import time
@@ -90,6 +91,19 @@ def variant_source(wildcards):
 def variant_spec(wildcards):
     """The resolved config entry: a change reruns this variant's jobs, and only those."""
     return json.dumps(variant_of(wildcards).spec(), sort_keys=True)
+
+
+# A job's request for "every core": those Snakemake may use, at most this machine's (a
+# cluster run's --jobs leaves workflow.cores unbounded).
+ALL_CORES = max(1, min(workflow.cores or 1, os.cpu_count() or 1))
+
+
+def host_timed_threads(wildcards):
+    """Every core for a job that times the host (timing.method host: the regimes study):
+    nothing else of the run (nvcc, another job's start-up) competes for the CPU it times.
+    """
+    study = PROJECT.studies.get(wildcards.study)
+    return ALL_CORES if study and study.timing.get("method") == "host" else 1
 
 
 def settings_arg(wildcards):
