@@ -92,7 +92,10 @@ def test_device_launch_overhead_is_per_op_host_time():
             timer.close()
     eager, graph = rows["launch_overhead_us"], rows["launch_overhead_graph_us"]
     print(f"HOST per op: eager {eager[0]:.2f} us, graph {graph[0]:.2f} us")
-    assert 0.1 < graph[0] < eager[0] < 200
+    # an H200 host: about 8.6 and 1.6 us (docs/measuring.md); 135 us an eager op is what
+    # it read with 16 nvcc processes beside it, the contention these bounds catch
+    assert 0.1 < graph[0] < eager[0] < 40
+    assert graph[0] < 10
     for _, method in rows.values():
         assert device.HOST_WALL_TIME in method and "/ 5" in method
 
