@@ -445,6 +445,29 @@ def test_two_models_into_one_book(tmp_path):
 # The GPU lock stays on this node
 
 
+def test_checking_jobs_share_a_gpu_and_timing_jobs_have_it_alone(tmp_path):
+    """compute-sanitizer jobs take the GPU's lock shared (many at once); a job that times or
+    profiles takes it exclusive: never beside a checker, never beside another timer. Real
+    flock on real files (each open is its own holder, as each job's process is)."""
+    uuids = ["GPU-a", "GPU-b"]
+    s1 = kb_gpu.take_lock(tmp_path, uuids, shared=True)
+    s2 = kb_gpu.take_lock(tmp_path, uuids, shared=True)
+    assert s1[0] == s2[0] == 0  # two checkers on the first GPU
+    x = kb_gpu.take_lock(tmp_path, uuids)
+    assert x[0] == 1  # a timer goes to the GPU no checker holds
+    assert kb_gpu.take_lock(tmp_path, uuids) is None  # and a second timer waits
+    assert kb_gpu.take_lock(tmp_path, uuids[1:], shared=True) is None  # no checker beside it
+    s1[1].close()
+    assert kb_gpu.take_lock(tmp_path, uuids[:1]) is None  # one checker still holds GPU-a
+    s2[1].close()
+    x0 = kb_gpu.take_lock(tmp_path, uuids[:1])
+    assert x0 is not None and x0[0] == 0  # the last checker gone: the timer may have it
+    holder = (tmp_path / kb_gpu.lock_name("GPU-a")).read_text()
+    assert holder.startswith(f"{os.getpid()} ")  # an exclusive holder says who it is
+    x0[1].close()
+    x[1].close()
+
+
 def test_gpu_lock_is_node_local(monkeypatch, tmp_path):
     local = tmp_path / "locks"
     monkeypatch.setenv(kb_gpu.LOCK_DIR_ENV, str(local))

@@ -17,9 +17,10 @@ ngpu=$(nvidia-smi -L | grep -c '^GPU')
 mkdir -p results/logs
 t0=$(date +%s)
 # KERNELBOOK_STUDIES (e.g. "[sgemm]") narrows the run to some studies of config/config.yaml
-# Two GPU jobs per GPU: one measures while the next starts up (imports CUDA libraries) and
-# waits for the GPU's lock, so the GPU does not sit idle during a job's start-up.
-tools/offline/gpu-host.sh python3 -m snakemake --cores "$(nproc)" --resources gpu="$((2 * ngpu))" \
+# Four GPU jobs per GPU: one measures (the GPU's lock, exclusive) while the next ones start
+# (a fork of the job server, kernelbook.jobserver) and wait for the lock, so the GPU does not
+# sit idle between jobs; compute-sanitizer jobs take the lock shared and run side by side.
+tools/offline/gpu-host.sh python3 -m snakemake --cores "$(nproc)" --resources gpu="$((4 * ngpu))" \
   --keep-going tables ${KERNELBOOK_STUDIES:+--config "studies=$KERNELBOOK_STUDIES"}
 rc=$?
 echo "tables${KERNELBOOK_STUDIES:+ $KERNELBOOK_STUDIES}: exit $rc, $(($(date +%s) - t0)) s wall on $ngpu GPU(s), commit $KERNELBOOK_GIT_COMMIT" \

@@ -217,8 +217,14 @@ def model_matches(model: str, gpu_slug: str) -> bool:
     return bool(want) and all(w in have for w in want)
 
 
-def acquire_slot(wait_s: float = 3600.0, preload: tuple[str, ...] = ("cupy", "torch")) -> Slot:
+def acquire_slot(
+    wait_s: float = 3600.0, preload: tuple[str, ...] = ("cupy", "torch"), shared: bool = False
+) -> Slot:
     """Take a GPU no other kernelbook job holds, and make it this process's only device.
+
+    ``shared``: a job that checks and does not time (compute-sanitizer) takes the GPU's lock
+    shared: several such jobs run on one GPU at once, and no job that times or profiles
+    (which take it exclusive) runs beside them.
 
     Snakemake never sets CUDA_VISIBLE_DEVICES; with --resources gpu=N it only limits how many
     GPU jobs run at once. Each job takes an exclusive lock on one GPU's UUID, so concurrent
@@ -254,23 +260,37 @@ def acquire_slot(wait_s: float = 3600.0, preload: tuple[str, ...] = ("cupy", "to
     asked = time.monotonic()
     deadline = asked + wait_s
     while True:
-        for i, uuid in enumerate(info.uuids):
-            f = open(locks / lock_name(uuid), "a+")  # noqa: SIM115 - held for the process
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                f.close()
-                continue
-            f.seek(0)
-            f.truncate()
-            f.write(f"{os.getpid()} {' '.join(sys.argv)}\n")
-            f.flush()
+        got = take_lock(locks, info.uuids, shared)
+        if got is not None:
+            i, f = got
+            uuid = info.uuids[i]
             os.environ["CUDA_VISIBLE_DEVICES"] = uuid
             now = time.monotonic()
             return Slot(uuid, i, f, asked - kernelbook.STARTED, now - asked)
         if time.monotonic() > deadline:
             raise NoGpu(f"every visible GPU stayed locked for {wait_s:.0f} s ({locks})")
         time.sleep(0.02)
+
+
+def take_lock(locks: Path, uuids, shared: bool = False):
+    """(index, open lock file) of the first of ``uuids`` whose lock in ``locks`` can be had
+    now, exclusive (a job that times or profiles) or ``shared`` (a job that only checks:
+    many at once, none beside an exclusive holder); None when none can. The lock lasts as
+    long as the file stays open (the process's life)."""
+    for i, uuid in enumerate(uuids):
+        f = open(Path(locks) / lock_name(uuid), "a+")  # noqa: SIM115 - held for the process
+        try:
+            fcntl.flock(f, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.close()
+            continue
+        if not shared:  # who holds it, for a person looking (shared holders are many)
+            f.seek(0)
+            f.truncate()
+            f.write(f"{os.getpid()} {' '.join(sys.argv)}\n")
+            f.flush()
+        return i, f
+    return None
 
 
 class Sampler:

@@ -83,7 +83,7 @@ def sanitize_job(
     failed = bench_failures(bench_table)
     lost = next(((k, r) for k, r in failed.values() if k in sanitize.NOT_RERUN), None)
     bad = next(iter(failed.values()), None)  # failed at some size: explained, not waited on
-    slot = gpu.acquire_slot(preload=())
+    slot = gpu.acquire_slot(preload=(), shared=True)  # checks, times nothing: shared
     if variant.is_tuned:
         headline = study.headline or study.profile_sizes[0]
         runs = targets(study, variant, [headline], build_dir, cubin, tuned_table)
