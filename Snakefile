@@ -37,7 +37,16 @@ rule tables:
         gate_targets(),
 
 
+onstart:
+    open_run_segment()
+
+
+onsuccess:
+    close_run_segment(kb_runlog.COMPLETE)
+
+
 onerror:
+    close_run_segment(kb_runlog.FAILED)
     # a job the batch scheduler refused (e.g. a GPU no node offers): one line on why
     kb_cluster.explain(log)
     # then what failed, gate by gate: the last thing on screen

@@ -15,8 +15,8 @@ PKG = SRC / "kernelbook"
 MAX_LINES = 600
 
 # What each part of the library may import (besides itself and the standard library).
-# problems, procs, provenance, layout, tables, gate and tune are the shared ground.
-SHARED = {"problems", "procs", "provenance", "layout", "tables", "gate", "tune"}
+# problems, procs, provenance, layout, tables, gate, tune and runlog are the shared ground.
+SHARED = {"problems", "procs", "provenance", "layout", "tables", "gate", "tune", "runlog"}
 ALLOWED = {
     "cli": None,  # the command line may import everything
     "__main__": {"cli"},
@@ -36,7 +36,8 @@ ALLOWED = {
     "provenance": set(),
     "procs": set(),
     "slurm": set(),
-    "jobserver": set(),  # imports the library by name (its preload), never from it
+    "jobserver": set(),
+    "runlog": set(),  # imports the library by name (its preload), never from it
 }
 
 

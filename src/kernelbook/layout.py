@@ -65,6 +65,11 @@ def device_table(gpu: str, results: str | Path = RESULTS) -> str:
     return _join(results, gpu, "device.parquet")
 
 
+def runs_dir(gpu: str, results: str | Path = RESULTS) -> str:
+    """The run's segment records (kernelbook.runlog): one file per Snakemake invocation."""
+    return _join(results, gpu, "runs")
+
+
 def study_dir(gpu: str, study: str, results: str | Path = RESULTS) -> str:
     return _join(results, gpu, study)
 
@@ -138,6 +143,7 @@ def result_paths(results: str | Path, gpu: str, study: str) -> dict[str, Path]:
             for name in ("profile", "roofline", "sanitizer", "samples", "stages")
         },
         "meta": Path(build_file(study, "study.json", results)),
+        "run": Path(study_file(gpu, study, "run.json", results)),
         "md": Path(study_file(gpu, study, "worklog.md", results)),
         "html": Path(study_file(gpu, study, "worklog.html", results)),
         "figures": Path(study_file(gpu, study, "figures", results)),
@@ -157,6 +163,7 @@ def published_paths(worklogs: str | Path, gpu: str, study: str) -> dict[str, Pat
     out = {name: here / "data" / f"{name}.parquet" for name in DATA_TABLES}
     out.update(
         meta=here / "data" / "study.json",
+        run=here / "data" / "run.json",
         md=here / "README.md",
         html=here / "worklog.html",
         figures=here / "figures",
@@ -185,6 +192,8 @@ _RESULT_PATHS = frozenset(
         "build_file",
         "job_build_file",
         "device_table",
+        "runs_dir",
+        "benchmarks_dir",
         "study_dir",
         "study_file",
         "job_table",
@@ -193,7 +202,6 @@ _RESULT_PATHS = frozenset(
         "job_file",
         "log",
         "run_log",
-        "benchmarks_dir",
         "benchmark",
         "device_benchmark",
     }

@@ -13,6 +13,7 @@ RUN_STARTED = time.time()  # a gate's log older than this run is not this run's 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 from kernelbook import provenance as kb_provenance  # noqa: E402
+from kernelbook import runlog as kb_runlog  # noqa: E402
 from kernelbook import slurm as kb_cluster  # noqa: E402
 from kernelbook import config as kb_config  # noqa: E402
 from kernelbook import gpu as kb_gpu  # noqa: E402
@@ -95,7 +96,15 @@ def variant_spec(wildcards):
 
 # A job's request for "every core": those Snakemake may use, at most this machine's (a
 # cluster run's --jobs leaves workflow.cores unbounded).
-ALL_CORES = max(1, min(workflow.cores or 1, os.cpu_count() or 1))
+def _all_cores():
+    try:
+        cores = workflow.cores or 1
+    except Exception:  # no --cores (snakemake --report): nothing runs
+        cores = 1
+    return max(1, min(cores, os.cpu_count() or 1))
+
+
+ALL_CORES = _all_cores()
 
 
 def host_timed_threads(wildcards):
@@ -370,3 +379,27 @@ def print_gate_summary():
         print(
             "\nkernelbook: the run's gates failed:\n" + "\n".join(said), file=sys.stderr
         )
+
+
+# The run's own record (kernelbook.runlog): a measuring run's segment opens at the start
+# and closes at the end; one cut short stays open and reads as cut.
+RUN_SEGMENT = {}
+
+
+def open_run_segment():
+    if TARGET_GPU:
+        RUN_SEGMENT["path"] = kb_runlog.begin(
+            RL.runs_dir(TARGET_GPU),
+            kb_provenance.git_commit(workflow.basedir),
+            list(GPU.uuids) if GPU else [],
+            (
+                [str(t) for t in workflow.dag.targetfiles]
+                if hasattr(workflow, "dag")
+                else []
+            ),
+        )
+
+
+def close_run_segment(status):
+    if "path" in RUN_SEGMENT:
+        kb_runlog.end(RUN_SEGMENT.pop("path"), status)

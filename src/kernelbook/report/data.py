@@ -89,6 +89,7 @@ class StudyData:
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     mode: str = "measured"  # or "replay": rendered from published data, not measured here
     origin: str = ""  # the folder the tables were read from
+    run: dict | None = None  # the measuring run's wall time (kernelbook.runlog.summary)
 
     def table(self, name: str) -> pd.DataFrame | None:
         df = self.tables.get(name)
@@ -130,7 +131,13 @@ def load(paths: Mapping[str, str | Path], mode: str = "measured") -> StudyData:
         if meta_path is not None and meta_path.is_file()
         else meta_from_data(meas)
     )
-    return StudyData(meta, loaded, mode, str(paths["measurements"].parent))
+    run_path = paths.get("run")
+    run = (
+        json.loads(run_path.read_text())["run"]
+        if run_path is not None and run_path.is_file()
+        else None
+    )
+    return StudyData(meta, loaded, mode, str(paths["measurements"].parent), run)
 
 
 def failures(data: StudyData) -> list:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+from kernelbook import runlog
 from kernelbook.layout import DATA_TABLES, WORKLOGS, index_page, published, published_paths
 from kernelbook.report import data
 from kernelbook.report.markdown import fmt, isnull, md_table
@@ -57,7 +59,9 @@ def index(worklogs: str | Path = WORKLOGS) -> str:
                 head = f"**{fmt(b['pct_of_baseline'])} %** of {sm['baseline']} ({b['variant']})"
             row.append(f"{head} · [worklog]({g}/{s}/README.md)")
         grid.append(row)
-    lines += [md_table(["study", *gpus], grid, "l" * (len(gpus) + 1)), "", "## Details", ""]
+    lines += [md_table(["study", *gpus], grid, "l" * (len(gpus) + 1)), ""]
+    lines += runs_lines(worklogs, pairs)
+    lines += ["## Details", ""]
     rows = []
     for g, s in pairs:
         sm = sums[g, s]
@@ -99,6 +103,22 @@ def index(worklogs: str | Path = WORKLOGS) -> str:
         )
     )
     return "\n".join(lines) + "\n"
+
+
+def runs_lines(worklogs, pairs) -> list[str]:
+    """Per GPU, the runs its published studies were measured in and their wall time
+    (data/run.json, kernelbook.runlog); studies published before the record say nothing."""
+    runs: dict[tuple[str, str], tuple[dict, list[str]]] = {}
+    for g, s in pairs:
+        path = published_paths(worklogs, g, s)["run"]
+        if path.is_file():
+            run = json.loads(path.read_text())["run"]
+            runs.setdefault((g, run["started_at"]), (run, []))[1].append(s)
+    lines = []
+    for (g, _), (run, studies) in sorted(runs.items()):
+        lines.append(f"**{g}**, {', '.join(sorted(studies))}: {runlog.text(run)}")
+        lines.append("")
+    return lines
 
 
 def write_index(worklogs: str | Path = WORKLOGS) -> Path:

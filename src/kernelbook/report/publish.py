@@ -22,11 +22,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+from kernelbook import runlog
 from kernelbook.layout import (
     DATA_TABLES,
+    benchmarks_dir,
     published,
     published_paths,
     result_paths,
+    runs_dir,
 )
 from kernelbook.report.index import write_index
 from kernelbook.report.sources import PAGE_ONLY
@@ -60,6 +63,8 @@ def publish(results: str | Path, worklogs: str | Path, gpu: str, study: str) -> 
             if src[name].is_file():
                 shutil.copyfile(src[name], tmp / "data" / f"{name}.parquet")
         shutil.copy2(src["meta"], tmp / "data" / "study.json")
+        if src["run"].is_file():
+            shutil.copy2(src["run"], tmp / "data" / "run.json")
         shutil.copytree(src["figures"], tmp / "figures")
         shutil.copy2(src["md"], tmp / "README.md")
         shutil.copy2(src["html"], tmp / "worklog.html")
@@ -103,10 +108,12 @@ def render_results(results, gpu: str, study: str, configfile="config/config.yaml
     paths = result_paths(results, gpu, study)
     if not paths["measurements"].is_file():
         raise PublishError(f"cannot render {gpu}/{study}: {paths['measurements']} not found")
+    # the run's wall time so far (kernelbook.runlog), for the page's pipeline cost
+    runlog.write(runs_dir(gpu, results), benchmarks_dir(results), paths["run"])
     project = cfg.load_project_file(configfile, overrides={"studies": [study]})
     if not paths["meta"].is_file():
         meta.write_meta(project.study(study), project.root, paths["meta"])
-    names = (*DATA_TABLES, "meta")
+    names = (*DATA_TABLES, "meta", "run")
     tables = {k: paths[k] for k in names}
     render_tables(tables, paths["md"].parent, study, project.root / "analysis")
     return paths["md"]
@@ -121,7 +128,7 @@ def render_published(worklogs, gpu: str, study: str, analysis="analysis", out=No
     dest = Path(out) if out is not None else p["md"].parent
     with tempfile.TemporaryDirectory(prefix="kernelbook-render-") as tmp:
         tmp = Path(tmp)
-        render_tables({k: p[k] for k in (*DATA_TABLES, "meta")}, tmp, study, analysis)
+        render_tables({k: p[k] for k in (*DATA_TABLES, "meta", "run")}, tmp, study, analysis)
         dest.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(tmp / "worklog.md", dest / "README.md")
         shutil.copyfile(tmp / "worklog.html", dest / "worklog.html")

@@ -9,6 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from kernelbook import runlog
 from kernelbook.report import compare, pipeline_cost, plot
 
 # The stable-denominator bound: a baseline's median at one size may spread by at most this
@@ -165,7 +166,7 @@ def spread_section(meas: pd.DataFrame, baseline: str, fmt) -> list[str]:
     return L
 
 
-def stages_section(table: pd.DataFrame | None, fmt) -> list[str]:
+def stages_section(table: pd.DataFrame | None, fmt, run: dict | None = None) -> list[str]:
     if table is None or table.empty:
         return []
     rows = pipeline_cost.summary(table)
@@ -185,6 +186,8 @@ def stages_section(table: pd.DataFrame | None, fmt) -> list[str]:
         for r in rows
     ]
     L.append("")
+    if run:
+        L += [runlog.text(run), ""]
     return L
 
 

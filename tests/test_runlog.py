@@ -1,0 +1,99 @@
+"""The run's own record (kernelbook.runlog): one segment per Snakemake invocation that
+measures, its wall time, a segment cut short read up to its last job, a resumed run's wall
+time as the sum of its segments, and the sentence the pages and the index carry. The
+segments of a real Snakemake run in a copy of the repository (a target that needs no GPU,
+for a GPU model named in the config)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from conftest import copy_repo, snakemake
+
+from kernelbook import runlog
+from kernelbook.report import quality
+
+
+def _segment(folder: Path, name: str, started: float, ended: float | None, empty: bool):
+    r = {"started": started, "started_at": runlog._iso(started), "git_commit": "abc",
+         "hostname": "h", "gpus": [], "argv": [], "empty_at_start": empty}  # fmt: skip
+    if ended is not None:
+        r.update(ended=ended, ended_at=runlog._iso(ended), status=runlog.COMPLETE,
+                 wall_s=ended - started)  # fmt: skip
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(json.dumps(r))
+
+
+def _job(benchmarks: Path, name: str, at: float):
+    p = benchmarks / "bench" / f"{name}.tsv"
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text("s\n1.0\n")
+    os.utime(p, (at, at))
+
+
+def test_a_cut_segment_ends_at_its_last_job_and_a_resumed_run_sums_its_segments(tmp_path):
+    runs, bench = tmp_path / "runs", tmp_path / "benchmarks"
+    t = 1_800_000_000.0
+    _segment(runs, "a-old.json", t - 5000, t - 4000, empty=True)  # an earlier run
+    _segment(runs, "b.json", t, None, empty=True)  # this run, cut short (never ended)
+    _job(bench, "before", t - 10)  # a job of before: not the cut segment's
+    _job(bench, "first", t + 100)
+    _job(bench, "last", t + 600)
+    _job(bench, "resumed", t + 2100)  # a job of the resumed segment, not the cut one's
+    _segment(runs, "c.json", t + 2000, t + 2500, empty=False)  # the resume
+    segs = runlog.segments(runs, bench)
+    assert [s["status"] for s in segs] == ["complete", "cut", "complete"]
+    cut = segs[1]
+    assert cut["ended"] == t + 600 and cut["wall_s"] == 600  # up to its last job
+    run = runlog.summary(segs)
+    # from the last segment that began on an empty results/: 600 s cut + 500 s resumed
+    assert run["wall_s"] == 1100 and run["segments"] == 2 and run["cut"] == 1
+    assert run["from_empty"] and run["complete"]
+    text = runlog.text(run)
+    assert text.startswith("The run that measured these tables took 18.3 min of wall time")
+    assert "over 2 invocations (1 cut short and resumed)" in text and "from an empty" in text
+    out = tmp_path / "study" / "run.json"
+    assert runlog.write(runs, bench, out) == run
+    assert json.loads(out.read_text())["run"] == run
+    # the page's pipeline cost says it
+    stages = __import__("pandas").DataFrame(
+        [
+            {
+                "study": "s",
+                "stage": "bench",
+                "rule": "bench",
+                "job": "x",
+                "seconds": 1.0,
+                "cpu_seconds": 1.0,
+                "max_rss_mb": 1.0,
+            }
+        ]  # fmt: skip
+    )
+    assert text in quality.stages_section(stages, lambda x, d=4: f"{x:g}", run)
+    assert runlog.write(tmp_path / "none", bench, tmp_path / "x.json") is None
+
+
+def test_a_measuring_snakemake_run_records_its_segment(tmp_path):
+    """Snakemake's onstart opens the segment and onsuccess closes it (a run for a GPU model
+    of the config: results/<gpu>/runs/); a run that measures for no GPU records nothing."""
+    repo = copy_repo(tmp_path / "repo")
+    target = "results/build/sgemm/study.json"
+    began = time.time()
+    proc = snakemake(repo, "--cores", "1", target, "--config", "gpu_model=h200", "studies=[sgemm]")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    segs = runlog.segments(repo / "results" / "h200" / "runs")
+    assert len(segs) == 1, segs
+    s = segs[0]
+    assert s["status"] == "complete" and 0 < s["wall_s"] < time.time() - began + 1
+    assert target in s["argv"] and s["empty_at_start"]
+    # nothing to do: no segment (Snakemake runs no hook)
+    again = snakemake(repo, "--cores", "1", target, "--config", "gpu_model=h200", "studies=[sgemm]")
+    assert again.returncode == 0
+    assert len(runlog.segments(repo / "results" / "h200" / "runs")) == 1
+    (repo / "results" / "build" / "sgemm" / "study.json").unlink()
+    plain = snakemake(repo, "--cores", "1", target, "--config", "studies=[sgemm]")
+    assert plain.returncode == 0
+    assert len(runlog.segments(repo / "results" / "h200" / "runs")) == 1
