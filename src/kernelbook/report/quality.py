@@ -166,7 +166,28 @@ def spread_section(meas: pd.DataFrame, baseline: str, fmt) -> list[str]:
     return L
 
 
-def stages_section(table: pd.DataFrame | None, fmt, run: dict | None = None) -> list[str]:
+def bench_time(meas: pd.DataFrame | None) -> dict | None:
+    """Where the bench jobs' seconds went, from the measurement rows' own clocks: start-up
+    (interpreter, imports), waiting for the GPU, set-up (CUDA, timer, kernel), checking and
+    timing; None for tables measured before the rows kept them."""
+    need = ("job_startup_s", "job_wait_s", "init_s", "check_s", "timing_s")
+    if meas is None or not set(need) <= set(meas.columns) or meas["timing_s"].isna().all():
+        return None
+    jobs = meas.groupby("variant", sort=False)
+    return {
+        "jobs": int(jobs.ngroups),
+        "startup": float(jobs["job_startup_s"].first().sum()),
+        "wait": float(jobs["job_wait_s"].first().sum()),
+        # a tuned variant's job sets up once per candidate it runs
+        "init": float(meas.drop_duplicates(["variant", "tuned_from", "init_s"])["init_s"].sum()),
+        "check": float(meas["check_s"].sum()),
+        "timing": float(meas["timing_s"].sum()),
+    }
+
+
+def stages_section(
+    table: pd.DataFrame | None, fmt, run: dict | None = None, meas: pd.DataFrame | None = None
+) -> list[str]:
     if table is None or table.empty:
         return []
     rows = pipeline_cost.summary(table)
@@ -186,6 +207,18 @@ def stages_section(table: pd.DataFrame | None, fmt, run: dict | None = None) -> 
         for r in rows
     ]
     L.append("")
+    spent = bench_time(meas)
+    if spent:
+        L += [
+            f"Inside the {spent['jobs']} bench jobs (their rows' own clocks, seconds summed):",
+            "",
+            "| start-up | waiting for the GPU | set-up | checking | timing |",
+            "|--:|--:|--:|--:|--:|",
+            "| "
+            + " | ".join(fmt(spent[k], 3) for k in ("startup", "wait", "init", "check", "timing"))
+            + " |",
+            "",
+        ]
     if run:
         L += [runlog.text(run), ""]
     return L

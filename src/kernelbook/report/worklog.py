@@ -305,7 +305,7 @@ def render_markdown(
             L.append(figure_md(f, figures_prefix))
             L.append("")
 
-    L += quality.stages_section(data.table("stages"), fmt, data.run)
+    L += quality.stages_section(data.table("stages"), fmt, data.run, data.table("measurements"))
 
     L.append("## All measurements")
     L.append("")
