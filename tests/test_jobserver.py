@@ -109,6 +109,26 @@ def test_a_client_that_goes_takes_its_job_along(tmp_path):
 
 
 @pytest.mark.xdist_group("jobserver")
+def test_a_server_that_goes_takes_its_jobs_along_and_their_clients_fail(tmp_path):
+    pidfile = tmp_path / "pid"
+    p = _client("sleep", str(pidfile), cwd=tmp_path)
+    deadline = time.monotonic() + 60
+    while not pidfile.exists() or not pidfile.read_text():
+        assert time.monotonic() < deadline and p.poll() is None, p.communicate()
+        time.sleep(0.05)
+    job = int(pidfile.read_text())
+    server = int(Path(f"/proc/{job}/stat").read_text().split(")")[-1].split()[1])
+    os.kill(server, signal.SIGTERM)
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == 1 and out == ""  # failed, not run again unserved
+    assert "the job server" in err and "went away while it ran `kernelbook sleep" in err
+    deadline = time.monotonic() + 10
+    while _alive(job):
+        assert time.monotonic() < deadline, f"job {job} outlived its server"
+        time.sleep(0.05)
+
+
+@pytest.mark.xdist_group("jobserver")
 def test_a_served_job_asks_no_server_itself_and_off_means_unserved(tmp_path):
     nested = _run("nested", cwd=tmp_path)
     assert nested.returncode == 0, nested.stderr

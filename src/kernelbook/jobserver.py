@@ -12,7 +12,10 @@ status is the client's. So every job keeps its own process, its own CUDA context
 failure: a crash or a hang ends that child alone, and the rows it wrote first are on disk.
 
 The client's end is the child's end: a client killed (Snakemake cancelling a job, a time
-limit) closes the socket, and the server kills that child's process group at once.
+limit) closes the socket, and the server kills that child's process group at once. The
+server's end is its children's: terminated, it kills them, and each client fails with one
+line saying so (it does not run the job again itself: the job may have written part of its
+outputs).
 
 The server leaves after ``IDLE_S`` seconds without a job, and serves only clients of the
 same interpreter and the same library sources (the socket's name is a hash of both): a
@@ -142,11 +145,22 @@ def run(argv: list[str], entry: str = ENTRY) -> int | None:
         request = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)})
         try:
             socket.send_fds(conn, [request.encode() + b"\n"], [0, 1, 2])
+        except OSError:  # the server did not take it: run it here
+            return None
+        try:
             reply = conn.makefile("rb").readline()
         except OSError:
-            return None
-        if not reply:  # the server went away before answering: run it here
-            return None
+            reply = b""
+        if not reply:
+            # taken, then no answer: the job may have run, in part or whole; running it
+            # again here could write its outputs twice at once, so it fails, saying why
+            print(
+                f"kernelbook: error: the job server ({path}) went away while it ran "
+                f"`kernelbook {' '.join(argv[:4])} ...`; run it again",
+                file=sys.stderr,
+                flush=True,
+            )
+            return 1
         return int(json.loads(reply)["status"])
 
 
@@ -216,10 +230,12 @@ def serve(path: Path, entry_name: str = ENTRY, idle_s: float | None = None) -> i
     os.replace(tmp, path)  # atomically: a client never connects to a half-made socket
     ours = os.stat(path).st_ino
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
     jobs: dict[socket.socket, int] = {}  # client connection -> its child's pid
     last = time.monotonic()
     try:
-        while jobs or time.monotonic() - last < idle_s:
+        while not stop and (jobs or time.monotonic() - last < idle_s):
             ready, _, _ = select.select([listener, *jobs], [], [], 0.05)
             for s in ready:
                 if s is listener:
@@ -237,6 +253,8 @@ def serve(path: Path, entry_name: str = ENTRY, idle_s: float | None = None) -> i
                             c.close()
                         conn.close()
                         _child(entry, json.loads(msg), fds)
+                    with contextlib.suppress(OSError):  # as the child does: no race
+                        os.setpgid(pid, pid)
                     for fd in fds:
                         os.close(fd)
                     jobs[conn] = pid
@@ -252,6 +270,10 @@ def serve(path: Path, entry_name: str = ENTRY, idle_s: float | None = None) -> i
                     del jobs[conn]
                     last = time.monotonic()
     finally:
+        for conn, pid in jobs.items():  # terminated: no job outlives its server
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+            conn.close()
         with contextlib.suppress(OSError):
             if os.stat(path).st_ino == ours:  # not a newer server's socket
                 path.unlink()
