@@ -324,7 +324,8 @@ def test_config_gpu_none(repo_copy):
     notes = [line for line in proc.stderr.splitlines() if "no GPU here" in line]
     assert notes == [
         "kernelbook: no GPU here (config says gpu: none): compiling only; bench, device, "
-        "profile and sanitize skipped for sgemm, transpose, softmax, softmax_bf16"
+        "profile and sanitize skipped for sgemm, transpose, softmax, softmax_bf16, hgemm, "
+        "attention, regimes"
     ]
     jobs = planned_jobs(output(proc))
     assert compiled_jobs(jobs) == all_job_ids(repo_copy)
