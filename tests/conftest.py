@@ -65,6 +65,25 @@ def candidate_sample(study: str, vid: str) -> list[str]:
     return sorted({c[0], c[len(c) // 2], c[-1]})
 
 
+def pairwise_picks(candidates: list[str], factors) -> list[str]:
+    """Candidates that together show every pair of factor values the space holds (each
+    candidate's ``factors(c)``: {name: value}), picked greedily, in the space's order of
+    first use: an emulator test then meets every two-way interaction of the defines, at a
+    fraction of the candidates."""
+    import itertools
+
+    def pairs(c):
+        return set(itertools.combinations(sorted(factors(c).items()), 2))
+
+    need = set().union(*(pairs(c) for c in candidates)) if candidates else set()
+    picks = []
+    while need:
+        best = max(candidates, key=lambda c: len(pairs(c) & need))  # the first of the best
+        picks.append(best)
+        need -= pairs(best)
+    return sorted(picks, key=candidates.index)
+
+
 # Fixtures that run the whole pipeline: their tests are the long end-to-end ones, marked
 # slow (the quick suite: -m "not slow"), and each group runs on one xdist worker, so that the
 # session fixture is made once (pytest -n auto --dist loadgroup).

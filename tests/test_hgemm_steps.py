@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO
+from conftest import REPO, pairwise_picks
 from cuda_emu import EMU
 
 from kernelbook import config as cfg
@@ -358,14 +358,12 @@ EMU_GUARD = 64
 def _emu_picks() -> list[str]:
     plain = ["01_simt", "02_wmma", "03_mma_sync", "04_swizzle"]
     cands = [v for v in VARIANTS if v.startswith("05_cp_async" + cfg.CANDIDATE_SEP)]
-    seen, picks = set(), []
-    for c in cands:  # one per (BK, warp tile, STAGES): the index paths that differ
+
+    def factors(c):  # the index paths that differ: BK, warp tile, STAGES, tall tiles
         d = VARIANTS[c].defines
-        key = (d["BK"], d["WN"], d["STAGES"], d["BM"] > 128)
-        if key not in seen:
-            seen.add(key)
-            picks.append(c)
-    return plain + picks
+        return {"BK": d["BK"], "WN": d["WN"], "STAGES": d["STAGES"], "tall": d["BM"] > 128}
+
+    return plain + pairwise_picks(cands, factors)
 
 
 def _bf16(x: np.ndarray) -> np.ndarray:

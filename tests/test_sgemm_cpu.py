@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO
+from conftest import REPO, pairwise_picks
 from cuda_emu import EMU
 
 from kernelbook import config as cfg
@@ -131,16 +131,15 @@ GUARD = 64
 
 def _emulated_variants() -> list[str]:
     """Every plain variant without inline PTX (11 and 12 issue cp.async: GPU tests only),
-    and 10's candidates: each combination of BK, PREFETCH and MIN_BLOCKS at its first shape."""
+    and 10's candidates: every pair of values of BK, PREFETCH, MIN_BLOCKS and warps."""
     plain = [v for v in PLAIN if "asm" not in (REPO / SGEMM.variant(v).source).read_text()]
-    seen, picks = set(), []
-    for c in SGEMM.variant("10_warptiling").candidates:
+
+    def factors(c):
         d = SGEMM.variant(c).defines
-        key = (d["BK"], d["PREFETCH"], d["MIN_BLOCKS"], d["WM"] * d["WN"] // 32)
-        if key not in seen:
-            seen.add(key)
-            picks.append(c)
-    return plain + picks
+        warps = d["WM"] * d["WN"] // 32
+        return {"BK": d["BK"], "PREFETCH": d["PREFETCH"], "MIN_BLOCKS": d["MIN_BLOCKS"], "w": warps}
+
+    return plain + pairwise_picks(SGEMM.variant("10_warptiling").candidates, factors)
 
 
 @pytest.fixture(scope="module")
