@@ -62,6 +62,24 @@ def _alive(pid: int) -> bool:
     return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
 
 
+def _sleeping_job(tmp_path) -> tuple[subprocess.Popen, int]:
+    """A client whose served job sleeps, and the job's pid once it runs."""
+    pidfile = tmp_path / "pid"
+    p = _client("sleep", str(pidfile), cwd=tmp_path)
+    deadline = time.monotonic() + 60
+    while not pidfile.exists() or not pidfile.read_text():
+        assert time.monotonic() < deadline and p.poll() is None, p.communicate()
+        time.sleep(0.05)
+    return p, int(pidfile.read_text())
+
+
+def _gone(job: int, what: str) -> None:
+    deadline = time.monotonic() + 10
+    while _alive(job):
+        assert time.monotonic() < deadline, f"job {job} outlived {what}"
+        time.sleep(0.05)
+
+
 @pytest.mark.xdist_group("jobserver")
 def test_a_served_job_is_the_job_with_its_own_arguments_directory_environment_and_status(
     tmp_path,
@@ -92,40 +110,22 @@ def test_a_crash_ends_its_job_alone(tmp_path):
 
 @pytest.mark.xdist_group("jobserver")
 def test_a_client_that_goes_takes_its_job_along(tmp_path):
-    pidfile = tmp_path / "pid"
-    p = _client("sleep", str(pidfile), cwd=tmp_path)
-    deadline = time.monotonic() + 60
-    while not pidfile.exists() or not pidfile.read_text():
-        assert time.monotonic() < deadline and p.poll() is None, p.communicate()
-        time.sleep(0.05)
-    job = int(pidfile.read_text())
+    p, job = _sleeping_job(tmp_path)
     assert _alive(job)
     p.kill()  # SIGKILL: no handler runs in the client; the server sees its socket close
     p.wait()
-    deadline = time.monotonic() + 10
-    while _alive(job):
-        assert time.monotonic() < deadline, f"job {job} outlived its client"
-        time.sleep(0.05)
+    _gone(job, "its client")
 
 
 @pytest.mark.xdist_group("jobserver")
 def test_a_server_that_goes_takes_its_jobs_along_and_their_clients_fail(tmp_path):
-    pidfile = tmp_path / "pid"
-    p = _client("sleep", str(pidfile), cwd=tmp_path)
-    deadline = time.monotonic() + 60
-    while not pidfile.exists() or not pidfile.read_text():
-        assert time.monotonic() < deadline and p.poll() is None, p.communicate()
-        time.sleep(0.05)
-    job = int(pidfile.read_text())
+    p, job = _sleeping_job(tmp_path)
     server = int(Path(f"/proc/{job}/stat").read_text().split(")")[-1].split()[1])
     os.kill(server, signal.SIGTERM)
     out, err = p.communicate(timeout=30)
     assert p.returncode == 1 and out == ""  # failed, not run again unserved
     assert "the job server" in err and "went away while it ran `kernelbook sleep" in err
-    deadline = time.monotonic() + 10
-    while _alive(job):
-        assert time.monotonic() < deadline, f"job {job} outlived its server"
-        time.sleep(0.05)
+    _gone(job, "its server")
 
 
 @pytest.mark.xdist_group("jobserver")
