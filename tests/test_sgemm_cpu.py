@@ -28,10 +28,28 @@ SGEMM = cfg.load_project_file(
 ).study("sgemm")
 # the CUDA C ones (nvcc); the Triton step is compiled by tests/test_kinds.py
 PLAIN = [v.id for v in SGEMM.variants if v.kind == "cuda"]
-CANDIDATES = [c.id for c in SGEMM.candidates if c.kind == "cuda"]
+ALL_CANDIDATES = [c.id for c in SGEMM.candidates if c.kind == "cuda"]
+
+
+def _candidate_sample() -> list[str]:
+    """Of each CUDA tune space, candidates that show every pair of its define values
+    (conftest.pairwise_picks: 40 of 131), and the PREFETCH0 twin of each PREFETCH1 one, so
+    that the barrier comparison has its pairs. A GPU run compiles every candidate and its
+    build table records their spills."""
+    out = []
+    for v in SGEMM.variants:
+        if v.is_tuned and v.kind == "cuda":
+            out += pairwise_picks(list(v.candidates), lambda c: SGEMM.variant(c).defines)
+    twins = [c.replace("PREFETCH1", "PREFETCH0") for c in out if "PREFETCH1" in c]
+    out += [t for t in twins if t in ALL_CANDIDATES and t not in out]
+    return [c for c in ALL_CANDIDATES if c in out]
+
+
+CANDIDATES = _candidate_sample()
 
 # ------------------------------------------------------------------------------------------
-# nvcc: what the config's constraints promise for each candidate
+# nvcc: what the config's constraints promise for each candidate (a sample that meets every
+# pair of define values)
 
 
 @pytest.fixture(scope="module")
