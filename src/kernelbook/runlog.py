@@ -39,7 +39,7 @@ def begin(folder: str | Path, commit: str, gpus: list[str], argv: list[str]) -> 
         "hostname": socket.gethostname(),
         "gpus": list(gpus),
         "argv": list(argv),  # the snakemake command line
-        "empty_at_start": not any(p for p in folder.parent.glob("*/measurements.parquet")),
+        "empty_at_start": not any(folder.parent.glob("*/measurements.parquet")),
     }
     path.write_text(json.dumps(record, indent=1) + "\n")
     return path

@@ -254,7 +254,6 @@ def bench_variant(
                     if not tolerate_failure:
                         raise
                     fail(s, e.kind, str(e))  # the kernel ran: the other sizes still can
-                    rows[-1]["check_s"] = time.monotonic() - t0
                     b.free()
                     continue
                 finally:
@@ -269,7 +268,7 @@ def bench_variant(
                 current = s
                 t0 = time.monotonic()
                 row = _time_size(b, kernel, variant, s, checked[problem.label(s)], blank, samples)
-                row.update(check_s=spent[problem.label(s)], timing_s=time.monotonic() - t0)
+                row["timing_s"] = time.monotonic() - t0
                 rows.append(row)
                 b.free()
     except (KernelFailure, Hang) as e:
@@ -290,8 +289,8 @@ def bench_variant(
                 fail(s, kind, f"not run: the {kind} at {at} ended the job's use of the GPU ({e})")
     finally:
         b.close()
-    for r in rows:  # the job's set-up, shared by its sizes (kernelbook.report.pipeline_cost)
-        r["init_s"] = init_s
+    for r in rows:  # the job's set-up, shared by its sizes, and each size's check
+        r.update(init_s=init_s, check_s=spent.get(r["size"]))
     order = {problem.label(s): i for i, s in enumerate(sizes)}
     return sorted(rows, key=lambda r: order.get(r["size"], len(order)))
 
