@@ -218,10 +218,30 @@ def test_sanitizer_output_without_a_summary_is_an_error():
 def test_memcheck_pads_allocations_and_the_other_tools_do_not():
     launch = ["python", "-m", "kernelbook", "launch"]
     mem = sanitize.sanitizer_command("cs", "memcheck", launch, 4096)
-    assert mem == ["cs", "--tool", "memcheck", "--print-limit", "20", "--padding", "4096", *launch]
+    assert mem[:5] == ["cs", "--tool", "memcheck", "--print-limit", "20"]
+    assert mem[-6:] == ["--padding", "4096", *launch]
     race = sanitize.sanitizer_command("cs", "racecheck", launch, 4096)
     assert "--padding" not in race and race[-4:] == launch
     assert "--padding" not in sanitize.sanitizer_command("cs", "memcheck", launch, 0)
+
+
+def test_host_api_errors_are_the_launch_helpers_to_report():
+    """The libraries' probing (cuGetProcAddress) is no finding; a launch that exits non-zero
+    with nothing found is failed, naming its last line; a fault's findings decide."""
+    launch = ["python", "-m", "kernelbook", "launch"]
+    for tool in sanitize.TOOLS:
+        cmd = sanitize.sanitizer_command("cs", tool, launch, 4096)
+        assert cmd[cmd.index("--report-api-errors") + 1] == "no"
+    clean = sanitize.parse("memcheck", (FIXTURES / "san-memcheck-clean.txt").read_text())
+    oob = sanitize.parse("memcheck", (FIXTURES / "san-memcheck-oob.txt").read_text())
+    assert not sanitize.failed_exit(clean, 0)
+    assert sanitize.failed_exit(clean, 1)
+    assert not sanitize.failed_exit(oob, 1)
+    text = "Traceback ...\nRuntimeError: cuTensorMapEncodeTiled failed\n"
+    text += "========= ERROR SUMMARY: 0 errors\n"
+    assert sanitize.exit_reason(1, text) == (
+        "the launch exited 1: RuntimeError: cuTensorMapEncodeTiled failed"
+    )
 
 
 def test_gate_lists_unexplained_findings_only():

@@ -41,7 +41,31 @@ def test_spread_section_flags_sizes_over_the_bound():
     text = "\n".join(quality.spread_section(m, "cuBLAS", lambda x, d=4: f"{x:.{d}g}"))
     assert "| a | 2 |" in text and "**5**" in text  # 5 % over the 2 % bound, in bold
     assert "| b | 2 |" in text and "**0.5**" not in text
-    assert "Over the bound at a:" in text
+    assert "Over the bound at a (50 us between the extremes)." in text
+
+
+def test_spread_compares_only_jobs_that_time_the_same_baseline_call():
+    """The regimes study's variants have different baselines (eager scale, chain, sum...):
+    each call's spread is over its own jobs, and the page names the call."""
+    m = pd.DataFrame(
+        {
+            "status": ["ok"] * 5,
+            "size": ["1000"] * 5,
+            "flop": [1.0] * 5,
+            "bytes_min": [1.0] * 5,
+            "baseline_mode": ["eager scale"] + ["eager chain"] * 3 + ["eager sum"],
+            "baseline_median_ms": [0.008, 0.039, 0.0555, 0.041, 0.0104],
+        }
+    )
+    t = quality.baseline_spread(m).set_index("baseline")
+    assert t.loc["eager chain", "jobs"] == 3
+    assert t.loc["eager chain", "spread_pct"] == pytest.approx(100 * (0.0555 / 0.039 - 1))
+    assert t.loc["eager scale", "spread_pct"] == 0.0
+    text = "\n".join(quality.spread_section(m, "eager", lambda x, d=4: f"{x:.{d}g}"))
+    assert "| baseline | size | jobs |" in text
+    assert "| eager chain | 1000 | 3 |" in text and "**42.3**" in text
+    assert "Over the bound at eager chain at 1000 (16.5 us between the extremes)." in text
+    assert "eager scale at 1000 (" not in text
 
 
 def test_sample_rows_follow_a_tuned_row_to_its_winning_candidate(meas):

@@ -298,6 +298,11 @@ def clock() -> Clock | None:
     return clk
 
 
+def attached() -> bool:
+    """Whether this process has attached CUPTI (its callbacks then stay on every API call)."""
+    return _CLOCK is not None
+
+
 @contextlib.contextmanager
 def paused():
     """CUPTI's records off while the host is timed, where this process attached CUPTI (the

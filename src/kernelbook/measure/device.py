@@ -129,6 +129,11 @@ def measure_device(project, slot_uuid: str, log: Callable[[str], None] = print) 
     policy = {**project.settings["timing"], "cache": "warm", "method": "events"}
     torch_stream = torch.cuda.Stream()
     stream = cp.cuda.ExternalStream(torch_stream.cuda_stream)
+    with stream, torch.cuda.stream(torch_stream):
+        # first, before this process attaches CUPTI: the host time of a call is the subject
+        overheads = launch_overhead(project.settings["timing"], stream, torch_stream)
+    for quantity, (us, method) in overheads.items():
+        add(quantity, us, "us", "measured", method)
     timer = Timer(policy, int(props["l2CacheSize"]), stream, torch_stream)
     with stream, torch.cuda.stream(torch_stream):
         rng = cp.random.default_rng(project.settings["seed"])
@@ -155,9 +160,6 @@ def measure_device(project, slot_uuid: str, log: Callable[[str], None] = print) 
         ).items():
             add(quantity, gbps, "GB/s", "measured", method)
         cp.get_default_memory_pool().free_all_blocks()
-
-        for quantity, (us, method) in launch_overhead(project.settings["timing"], timer).items():
-            add(quantity, us, "us", "measured", method)
 
         torch.backends.cuda.matmul.allow_tf32 = False
         gen = torch.Generator(device="cuda").manual_seed(int(project.settings["seed"]))
@@ -274,23 +276,28 @@ def overhead_rows(
     }
 
 
-def launch_overhead(timing: dict, timer: Timer) -> dict[str, tuple[float, str]]:
+def launch_overhead(timing: dict, stream, torch_stream) -> dict[str, tuple[float, str]]:
     """{quantity: (microseconds, method)}: what an op costs its caller, host included, in the
     overhead regime: a chain of OVERHEAD_OPS tiny elementwise ops called eagerly, and the
     same chain replayed from a CUDA graph, both host-timed (``timing.method: host``: wall
     time per call over back-to-back calls, one synchronisation at the end of each batch,
     warm), sampled alternately; per op = per call / ops. The overhead term of the regimes
-    model (kernelbook.report.prediction) multiplies these by a variant's launches."""
+    model (kernelbook.report.prediction) multiplies these by a variant's launches.
+
+    It runs before the process attaches CUPTI, as a host-timed study's bench job never
+    does: once attached, CUPTI's callbacks stay on every API call, paused records or not
+    (an H200 host read about 20 us an eager op so, against about 8 us without)."""
     import torch
 
+    from kernelbook.measure import cupti
+
+    if cupti.attached():
+        raise RuntimeError(
+            "launch overheads are host time: measure them before this process attaches CUPTI"
+        )
     ops = len(OVERHEAD_OPS)
-    policy = {
-        **timer.policy,
-        **{k: v for k, v in timing.items() if k.startswith("host_batch")},
-        "method": "host",
-        "cache": "warm",
-    }
-    host_timer = Timer(policy, 0, timer.stream, timer.torch_stream, kernel_clock=False)
+    policy = {**timing, "method": "host", "cache": "warm"}
+    host_timer = Timer(policy, 0, stream, torch_stream, kernel_clock=False)
     try:
         eager = overhead_chain(torch)
         graph = captured(torch, eager)

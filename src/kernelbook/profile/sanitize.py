@@ -62,6 +62,20 @@ def parse(tool: str, text: str) -> Findings:
     raise SanitizeError(f"{tool}: no summary line in compute-sanitizer's output:\n{text[-2000:]}")
 
 
+def failed_exit(found: Findings, code: int) -> bool:
+    """A launch that exited non-zero with nothing found (an API error the launch helper
+    raised, a crash outside a kernel): ``failed``, not ``clean``. With findings, they
+    decide (a faulting kernel's launch exits non-zero too)."""
+    return code != 0 and not found.errors and not found.warnings
+
+
+def exit_reason(code: int, text: str) -> str:
+    """The launch's last words: its exit status and the last line that is not the tool's."""
+    own = [line.strip() for line in text.splitlines() if line.strip()]
+    last = next((line for line in reversed(own) if not line.startswith("=")), "no output")
+    return f"the launch exited {code}: {last[:300]}"
+
+
 def sanitizer_exe() -> str:
     exe = shutil.which("compute-sanitizer")
     if not exe:
@@ -70,8 +84,15 @@ def sanitizer_exe() -> str:
 
 
 def sanitizer_command(exe: str, tool: str, launch: list[str], padding: int = 0) -> list[str]:
-    """compute-sanitizer running one tool on a launch; memcheck pads every allocation."""
-    cmd = [exe, "--tool", tool, "--print-limit", "20"]
+    """compute-sanitizer running one tool on a launch; memcheck pads every allocation.
+
+    Host API errors are not the sanitizer's to report here (``--report-api-errors no``): the
+    launch helper checks every call it makes and exits non-zero on an error, which reads as
+    ``failed`` (``verdict``). Left on, memcheck counts the libraries' own probing as errors:
+    cuda-bindings asks the driver for entry points newer than it has, and on an H200 host
+    with driver 580 every TMA variant read 34 "errors", all CUDA_ERROR_INVALID_VALUE from
+    cuGetProcAddress_v2, with no device-side finding among them."""
+    cmd = [exe, "--tool", tool, "--print-limit", "20", "--report-api-errors", "no"]
     if tool == "memcheck" and padding:
         cmd += ["--padding", str(padding)]
     return cmd + list(launch)
@@ -132,10 +153,15 @@ def sanitize_variant(
                 why = f"stopped after {timeout:g} s ({setting}): the bench found it failing"
                 return Findings(tool, 0, 0, f"{why} ({failed[0]}: {failed[1]})"), -1, "not_run"
             return Findings(tool, 0, 0, str(e)), -1, "hang"
+        text = proc.stdout + proc.stderr
         try:
-            return parse(tool, proc.stdout + proc.stderr), proc.returncode, None
+            found = parse(tool, text)
         except SanitizeError as e:
             return Findings(tool, 0, 0, f"{where}: {e}"), proc.returncode, "failed"
+        if failed_exit(found, proc.returncode):
+            why = f"{where}: {tool}: {exit_reason(proc.returncode, text)}"
+            return Findings(tool, 0, 0, why), proc.returncode, "failed"
+        return found, proc.returncode, None
 
     # The tools check correctness, not time: they run side by side, each its own process
     # group with its own time limit.

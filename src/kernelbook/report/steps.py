@@ -221,6 +221,8 @@ def _resources(data, v, r) -> list[str]:
         return []
     if b.get("status") == "failed":
         return [f"**Build failed** ({b['variant']}): `{inline_code(str(b['reason'])[:600])}`", ""]
+    if b.get("status") == "not_compiled":  # a torch variant: nothing of its own to count
+        return [f"**Resources.** None of its own: {b['reason']}.", ""]
     spill = int(b["spill_store_bytes"]) + int(b["spill_load_bytes"])
     text = (
         f"**Resources** ({b['variant']}): {int(b['registers'])} registers/thread, "
