@@ -181,6 +181,8 @@ def test_online_softmax_reads_x_once(tmp_path, study, variant):
     reads = df[df["metric"] == "dram__bytes_read.sum"]
     writes = df[df["metric"] == "dram__bytes_write.sum"]
     assert set(reads["size"]) == {"4096x16384", "4096x65536"}
+    # both sizes from one ncu process: report action i is size i (the bytes below tell)
+    assert set(df["report"]) == {"4096x16384+4096x65536.ncu-rep"}
     ratios = {}
     for _, r in reads.iterrows():
         minimum = r["R"] * r["N"] * ITEMSIZE[study]

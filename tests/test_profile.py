@@ -64,6 +64,32 @@ def test_report_values_carry_units(report):
     assert len(stalls) >= 10
 
 
+def test_report_each_lists_the_kernels_in_order(report):
+    each = profile.read_report_each(REPORT)
+    assert [name for name, _ in each] == ["sgemm_coalescing"]
+    assert {n: (v, u) for n, v, u in each[0][1]} == report[1]
+
+
+def test_one_ncu_run_profiles_a_launch_of_each_size():
+    """Several sizes, one process: the launch helper gets a --size each, in order, and ncu
+    profiles as many launches of the entry; a torch variant's range takes no count."""
+    from types import SimpleNamespace
+
+    from kernelbook.launch.process import launch_command
+
+    project = SimpleNamespace(settings={"seed": 1})
+    study, variant = SimpleNamespace(name="softmax"), SimpleNamespace(id="04_online")
+    cmd = launch_command(project, study, variant, ["4096x16384", "4096x65536"], "k.cubin")
+    at = cmd.index("launch")
+    assert cmd[at : at + 7] == ["launch", "softmax", "04_online", "--size", "4096x16384",
+                                "--size", "4096x65536"]  # fmt: skip
+    assert launch_command(project, study, variant, "512", "k.cubin").count("--size") == 1
+    ncu = profile.ncu_command("softmax_online", Path("r"), cmd, {}, launches=2, exe="ncu")
+    assert ncu[ncu.index("--launch-count") + 1] == "2"
+    assert ncu[ncu.index("-k") + 1] == "regex:^softmax_online$"
+    assert "--launch-count" not in profile.ncu_command(None, Path("r"), cmd, {}, exe="ncu")
+
+
 def test_report_reader_rejects_a_file_that_is_no_report(tmp_path):
     bad = tmp_path / "bad.ncu-rep"
     bad.write_bytes(b"not a report")

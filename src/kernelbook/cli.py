@@ -94,7 +94,7 @@ def cmd_bench(args) -> int:
 
 
 def cmd_launch(args) -> int:
-    """Launch one variant at one size a few times: the target of ncu and compute-sanitizer."""
+    """Launch one variant at each size a few times: the target of ncu and compute-sanitizer."""
     from kernelbook.launch.process import launch_variant
 
     project, study, variant = _study_variant(args)
@@ -310,9 +310,11 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("launch", help="launch one variant at one size (for ncu, compute-sanitizer)")
     s.add_argument("study")
     s.add_argument("variant")
-    s.add_argument("--size", required=True)
+    s.add_argument(
+        "--size", required=True, action="append", help="a size; several: launched in turn"
+    )
     s.add_argument("--cubin", help="a compiled cubin (default: compile now)")
-    s.add_argument("--repeat", type=int, default=1)
+    s.add_argument("--repeat", type=int, default=1, help="launches at each size")
     s.add_argument("--exact", action="store_true", help="exact-size allocations, no guard bands")
     s.add_argument("--check", action="store_true", help="check the first launch's result")
     s.set_defaults(fn=cmd_launch)

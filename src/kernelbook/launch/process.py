@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from kernelbook import gpu, problems
@@ -19,9 +20,14 @@ from kernelbook.launch.kernel import Hang, kernel_launcher, load_kernel, wait_ev
 NVTX_RANGE = "kernelbook_variant"
 
 
-def launch_command(project, study, variant, size_label: str, cubin, *extra: str) -> list[str]:
-    """`kernelbook launch` for one variant at one size: what ncu and compute-sanitizer run."""
+def launch_command(
+    project, study, variant, size_label: str | Sequence[str], cubin, *extra: str
+) -> list[str]:
+    """`kernelbook launch` for one variant at one size, or at several in turn (one process,
+    one kernel load): what ncu and compute-sanitizer run."""
     settings = json.dumps({**project.settings, "studies": [study.name]})
+    labels = [size_label] if isinstance(size_label, str) else list(size_label)
+    sizes = [arg for label in labels for arg in ("--size", label)]
     return [
         sys.executable,
         "-m",
@@ -31,8 +37,7 @@ def launch_command(project, study, variant, size_label: str, cubin, *extra: str)
         "launch",
         study.name,
         variant.id,
-        "--size",
-        size_label,
+        *sizes,
         "--cubin",
         str(cubin),
         *extra,
@@ -90,16 +95,18 @@ def launch_variant(
     project: Project,
     study: Study,
     variant: Variant,
-    size: str,
+    size: str | Sequence[str],
     cubin: str | None = None,
     repeat: int = 1,
     check: bool = False,
     exact: bool = False,
 ) -> int:
-    """Launch one variant at one size ``repeat`` times (checked once with ``check``)."""
+    """Launch one variant at each size in turn, ``repeat`` times a size (checked once a size
+    with ``check``), the kernel loaded once: ncu sees the sizes' launches in this order."""
     problem = problems.get(study.problem)
+    labels = [size] if isinstance(size, str) else list(size)
     try:
-        sizes = problem.parse_size(size)
+        parsed = [problem.parse_size(label) for label in labels]
     except ValueError as e:
         raise ConfigError(str(e)) from None
     if os.environ.get("KERNELBOOK_SLOT_HELD") != "1":
@@ -110,6 +117,8 @@ def launch_variant(
         # Plain cudaMalloc per array, no guard bands: compute-sanitizer's memcheck then sees
         # an access past an array's end as outside its allocation.
         cp.cuda.set_allocator(None)
+    limit = tool_limit(project.settings, "launch_s")
+    nvtx = nvtx_range()
     with tempfile.TemporaryDirectory() as tmp:
         if cubin:
             cubin_path = Path(cubin)
@@ -117,33 +126,35 @@ def launch_variant(
         else:
             info = compile_now(project, study, variant, Path(tmp) / "kernel.cubin")
             cubin_path, smem = info.cubin, info.smem
-        case = problem.setup(
-            sizes,
-            study.dtype,
-            study.params,
-            project.settings["seed"],
-            guard=0 if exact else 64 * 1024,
-            computes=variant.computes,
-            reference=check,
-        )
         kernel = load_kernel(project.root, study, variant, cubin_path, smem)
-        run, launch = kernel_launcher(kernel, study, variant, sizes, case)
-        limit = tool_limit(project.settings, "launch_s")
-        where = f"{study.name}/{variant.id} at {problem.label(sizes)}"
-        nvtx = nvtx_range()
-        for i in range(repeat):
-            case.reset()
-            with nvtx(NVTX_RANGE):  # ncu profiles the kernels inside this range only
-                run()
-            wait_or_leave(cp, limit, where)
-            if check and i == 0:
-                tol = study.tolerance or problem.tolerance(sizes, study.dtype)
-                r = problem.check(case, tol, f"{study.name}/{variant.id} at {size}")
-                _eprint(f"correct: rel_err {r.rel_err:.2e}")
-    geometry = (
-        f"grid {launch.grid}, block {launch.block}, smem {launch.smem}"
-        if launch
-        else "torch's own kernels"
-    )
-    _eprint(f"{study.name}/{variant.id}: launched {repeat}x at {problem.label(sizes)}, {geometry}")
+        for sizes in parsed:
+            case = problem.setup(
+                sizes,
+                study.dtype,
+                study.params,
+                project.settings["seed"],
+                guard=0 if exact else 64 * 1024,
+                computes=variant.computes,
+                reference=check,
+            )
+            run, launch = kernel_launcher(kernel, study, variant, sizes, case)
+            label = problem.label(sizes)
+            where = f"{study.name}/{variant.id} at {label}"
+            for i in range(repeat):
+                case.reset()
+                with nvtx(NVTX_RANGE):  # ncu profiles the kernels inside this range only
+                    run()
+                wait_or_leave(cp, limit, where)
+                if check and i == 0:
+                    tol = study.tolerance or problem.tolerance(sizes, study.dtype)
+                    r = problem.check(case, tol, where)
+                    _eprint(f"correct: rel_err {r.rel_err:.2e}")
+            geometry = (
+                f"grid {launch.grid}, block {launch.block}, smem {launch.smem}"
+                if launch
+                else "torch's own kernels"
+            )
+            _eprint(f"{study.name}/{variant.id}: launched {repeat}x at {label}, {geometry}")
+            del run, launch, case  # the next size's buffers in their place
+            cp.get_default_memory_pool().free_all_blocks()
     return 0

@@ -91,17 +91,25 @@ def ncu_version() -> str:
 NVTX_INCLUDE = f"{NVTX_RANGE}/"
 
 
-def ncu_command(entry: str | None, report: Path, launch_cmd: list[str], prof: dict) -> list[str]:
-    """The ncu call for one kernel launch (``entry``), or, with ``entry`` None (a torch
-    variant), for every kernel inside the launch's NVTX range; ``prof`` is a study's
+def ncu_command(
+    entry: str | None,
+    report: Path,
+    launch_cmd: list[str],
+    prof: dict,
+    launches: int = 1,
+    exe: str | None = None,
+) -> list[str]:
+    """The ncu call for the first ``launches`` launches of one kernel (``entry``: one a
+    size, when the launch helper runs several sizes in turn), or, with ``entry`` None (a
+    torch variant), for every kernel inside the launch's NVTX range; ``prof`` is a study's
     resolved profile settings."""
     only = (
-        ["-k", f"regex:^{entry}$", "--launch-count", "1"]
+        ["-k", f"regex:^{entry}$", "--launch-count", str(launches)]
         if entry
         else ["--nvtx", "--nvtx-include", NVTX_INCLUDE]
     )
     cmd = [
-        ncu_exe(),
+        exe or ncu_exe(),
         "--clock-control",
         prof.get("clock_control", "none"),
         "--cache-control",
@@ -130,10 +138,11 @@ def run_ncu(
     where: str,
     env,
     timeout: float = NCU_TIMEOUT_S,
+    launches: int = 1,
 ) -> str:
-    """ncu on one launch; past ``timeout`` (timeouts.ncu_s) its process group, the launch
-    helper included, is killed and ToolTimeout raised."""
-    cmd = ncu_command(entry, report, launch_cmd, prof)
+    """ncu on the launch helper; past ``timeout`` (timeouts.ncu_s) its process group, the
+    launch helper included, is killed and ToolTimeout raised."""
+    cmd = ncu_command(entry, report, launch_cmd, prof, launches)
     proc = run_tool(cmd, timeout=timeout, what=where, setting="timeouts.ncu_s", env=env)
     log = proc.stdout + proc.stderr
     rep = Path(str(report) + ".ncu-rep")
@@ -191,17 +200,22 @@ def read_report(path: Path) -> tuple[str, list[tuple[str, float | None, str | No
     return _action_metrics(ctx.range_by_idx(0).action_by_idx(0))
 
 
-def read_report_all(path: Path) -> tuple[str, list[tuple[str, float | None, str | None]]]:
-    """Every profiled kernel of a report as one (a torch variant's several kernels): the
-    kernel names joined by '; ', counters (``.sum`` metrics) summed over the kernels, the
-    other metrics (ratios, percentages, launch settings) those of the longest kernel."""
+def read_report_each(path: Path) -> list[tuple[str, list[tuple[str, float | None, str | None]]]]:
+    """Every profiled kernel of a report, in the order it was profiled: (name, metrics)."""
     ncu_report = import_ncu_report()
     ctx = ncu_report.load_report(str(path))
-    kernels = [
+    return [
         _action_metrics(ctx.range_by_idx(r).action_by_idx(a))
         for r in range(ctx.num_ranges())
         for a in range(ctx.range_by_idx(r).num_actions())
     ]
+
+
+def read_report_all(path: Path) -> tuple[str, list[tuple[str, float | None, str | None]]]:
+    """Every profiled kernel of a report as one (a torch variant's several kernels): the
+    kernel names joined by '; ', counters (``.sum`` metrics) summed over the kernels, the
+    other metrics (ratios, percentages, launch settings) those of the longest kernel."""
+    kernels = read_report_each(path)
     if not kernels:
         raise ProfileError(f"{path}: the report holds no profiled kernel")
     return combine_kernels(kernels)
@@ -248,11 +262,18 @@ def profile_variant(
     log=lambda s: print(s, file=sys.stderr, flush=True),
     skip: dict[str, tuple[str, str]] | None = None,
 ) -> list[dict]:
-    """Profile ``variant`` at each size in its own ncu process; rows of the profile table.
+    """Profile ``variant`` at each size; rows of the profile table.
+
+    A variant of one named kernel is profiled at every size in one ncu process (the launch
+    helper runs the sizes in turn; the report, ``<size>+<size>....ncu-rep``, holds a kernel
+    a size, in order). Should that run fail, each size runs in its own process, as a torch
+    variant's or a several-kernel variant's sizes always do (``<size>.ncu-rep``), so that a
+    failure is one size's.
 
     ``skip`` maps size labels the bench found failing to (kind, reason): they are not run
-    again, and get one ``not_run`` row. An ncu run that fails or runs past timeouts.ncu_s
-    gets one ``failed`` row (kind tool or hang), and the other sizes go on.
+    again, and get one ``not_run`` row. An ncu run that fails gets one ``failed`` row (kind
+    tool) a size, and the other sizes go on; one that runs past timeouts.ncu_s, a ``failed``
+    row of kind hang for each size it held.
     """
     from kernelbook import gpu, problems
     from kernelbook.provenance import sha256_source
@@ -296,6 +317,27 @@ def profile_variant(
             }
         )
 
+    def metric_rows(s, label, kernel, metrics, report_name):
+        now = provenance.now()
+        for name, value, unit in metrics:
+            rows.append(
+                {
+                    **prov,
+                    **s,
+                    "size": label,
+                    "status": "ok",
+                    "reason": None,
+                    "failure": None,
+                    "metric": name,
+                    "value": value,
+                    "unit": unit,
+                    "kernel": kernel,
+                    "report": report_name,
+                    "measured_at": now,
+                }
+            )
+
+    todo = []
     for s in sizes:
         label = problem.label(s)
         where = f"{study.name}/{variant.id} at {label}"
@@ -307,11 +349,38 @@ def profile_variant(
             kind, why = skip[label]
             marker(s, label, "not_run", kind, f"not profiled: the bench failed here ({why})")
             continue
+        todo.append((s, label))
+    # a torch variant, or one of several kernels (then:): every kernel of the launch's NVTX
+    # range, summed as one, a process a size; otherwise the one kernel named by the entry,
+    # every size in one process (one start-up of ncu, Python and the kernel), report action
+    # i being size i
+    by_range = variant.kind == "torch" or bool(variant.then)
+    if not by_range and len(todo) > 1:
+        labels = [label for _, label in todo]
+        report = report_dir / "+".join(labels)
+        where = f"{study.name}/{variant.id} at {', '.join(labels)}"
+        launch = launch_command(project, study, variant, labels, cubin)
+        try:
+            run_ncu(variant.entry, report, launch, study.profile, where, env, timeout, len(todo))
+            each = read_report_each(Path(str(report) + ".ncu-rep"))
+            if len(each) != len(todo):
+                raise ProfileError(f"{where}: {len(each)} kernels profiled for {len(todo)} sizes")
+        except ToolTimeout as e:
+            for s, label in todo:
+                marker(s, label, "failed", "hang", str(e))
+            return rows
+        except ProfileError as e:
+            log(f"{where}: one ncu run for every size failed, each size on its own now: {e}")
+        else:
+            for (s, label), (kernel, metrics) in zip(todo, each, strict=True):
+                log(f"{study.name}/{variant.id} at {label}: {len(metrics)} metrics from "
+                    f"{report.name}.ncu-rep")  # fmt: skip
+                metric_rows(s, label, kernel, metrics, f"{report.name}.ncu-rep")
+            return rows
+    for s, label in todo:
+        where = f"{study.name}/{variant.id} at {label}"
         report = report_dir / label
         launch = launch_command(project, study, variant, label, cubin)
-        # a torch variant, or one of several kernels (then:): every kernel of the launch's
-        # NVTX range, summed as one; otherwise the one kernel named by the entry
-        by_range = variant.kind == "torch" or bool(variant.then)
         try:
             run_ncu(
                 None if by_range else variant.entry,
@@ -331,24 +400,7 @@ def profile_variant(
             marker(s, label, "failed", "tool", str(e))
             continue
         log(f"{where}: {len(metrics)} metrics from {report.name}.ncu-rep")
-        now = provenance.now()
-        for name, value, unit in metrics:
-            rows.append(
-                {
-                    **prov,
-                    **s,
-                    "size": label,
-                    "status": "ok",
-                    "reason": None,
-                    "failure": None,
-                    "metric": name,
-                    "value": value,
-                    "unit": unit,
-                    "kernel": kernel,
-                    "report": f"{report.name}.ncu-rep",
-                    "measured_at": now,
-                }
-            )
+        metric_rows(s, label, kernel, metrics, f"{report.name}.ncu-rep")
     return rows
 
 
