@@ -131,3 +131,41 @@ def test_published_stage_tables_cover_every_stage_that_ran():
     df = pd.read_parquet(SGEMM / "stages.parquet")
     assert {"compile", "bench", "profile", "sanitize", "device"} <= set(df["stage"])
     assert "other" not in set(df["stage"])
+
+
+def test_the_cost_section_splits_bench_and_profile_jobs_by_their_own_clocks():
+    """Bench rows (the published softmax tables keep their clocks) and profile rows: a job's
+    start-up and wait once, each size's ncu share once, whatever its number of metrics."""
+    soft = ROOT / "worklogs" / "nvidia-h200" / "softmax" / "data"
+    meas = pd.read_parquet(soft / "measurements.parquet")
+    spent = quality.bench_time(meas)
+    assert spent["jobs"] == meas["variant"].nunique()
+    assert spent["timing"] == pytest.approx(meas["timing_s"].sum())
+    one = meas.groupby("variant")["job_wait_s"].first().sum()
+    assert spent["wait"] == pytest.approx(one)
+
+    def rows(variant, size, report, ncu_s, metrics, wait):
+        return [
+            {"variant": variant, "size": size, "report": report, "ncu_s": ncu_s,
+             "read_s": None if ncu_s is None else 0.5, "metric": m,
+             "job_startup_s": 0.1, "job_wait_s": wait}
+            for m in metrics
+        ]  # fmt: skip
+
+    both = "a+b.ncu-rep"
+    prof = pd.DataFrame(
+        rows("04", "a", both, 3.0, ["x", "y", "z"], 2.0)
+        + rows("04", "b", both, 3.0, ["x", "y", "z"], 2.0)
+        + rows("07", "a", "a.ncu-rep", 4.0, ["x", "y"], 1.0)
+        + rows("07", "b", None, None, [None], 1.0)  # failed: no process time
+    )
+    p = quality.profile_time(prof)
+    assert (p["jobs"], p["sizes"], p["processes"]) == (2, 3, 2)
+    assert (p["wait"], p["ncu"], p["read"]) == (3.0, 10.0, 1.5)
+    stages = pd.DataFrame(
+        {"stage": ["profile"], "rule": ["profile"], "job": ["x"], "seconds": [1.0]}
+    )
+    text = "\n".join(quality.stages_section(stages, lambda x, d=4: f"{x:g}", None, meas, prof))
+    assert "Inside the 2 profile jobs (3 sizes profiled by 2 ncu processes;" in text
+    assert "| 0.2 | 3 | 10 | 1.5 |" in text
+    assert quality.profile_time(prof.drop(columns=["ncu_s"])) is None

@@ -72,6 +72,7 @@ def profile_job(
             project, study, run, path, run_sizes, Path(reports), slot.uuid, skip=failed
         )
         rows += [{**r, "variant": variant.id} for r in part]
+    rows = [{**r, "job_startup_s": slot.startup_s, "job_wait_s": slot.wait_s} for r in rows]
     tables.write(rows or _empty("profile", study), out, "profile", study.size_names)
     return 0
 

@@ -7,6 +7,7 @@ import math
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -313,11 +314,13 @@ def profile_variant(
                 "unit": None,
                 "kernel": None,
                 "report": None,
+                "ncu_s": None,
+                "read_s": None,
                 "measured_at": provenance.now(),
             }
         )
 
-    def metric_rows(s, label, kernel, metrics, report_name):
+    def metric_rows(s, label, kernel, metrics, report_name, ncu_s, read_s):
         now = provenance.now()
         for name, value, unit in metrics:
             rows.append(
@@ -333,6 +336,8 @@ def profile_variant(
                     "unit": unit,
                     "kernel": kernel,
                     "report": report_name,
+                    "ncu_s": ncu_s,
+                    "read_s": read_s,
                     "measured_at": now,
                 }
             )
@@ -361,8 +366,11 @@ def profile_variant(
         where = f"{study.name}/{variant.id} at {', '.join(labels)}"
         launch = launch_command(project, study, variant, labels, cubin)
         try:
+            t0 = time.monotonic()
             run_ncu(variant.entry, report, launch, study.profile, where, env, timeout, len(todo))
+            t1 = time.monotonic()
             each = read_report_each(Path(str(report) + ".ncu-rep"))
+            share = ((t1 - t0) / len(todo), (time.monotonic() - t1) / len(todo))
             if len(each) != len(todo):
                 raise ProfileError(f"{where}: {len(each)} kernels profiled for {len(todo)} sizes")
         except ToolTimeout as e:
@@ -375,13 +383,14 @@ def profile_variant(
             for (s, label), (kernel, metrics) in zip(todo, each, strict=True):
                 log(f"{study.name}/{variant.id} at {label}: {len(metrics)} metrics from "
                     f"{report.name}.ncu-rep")  # fmt: skip
-                metric_rows(s, label, kernel, metrics, f"{report.name}.ncu-rep")
+                metric_rows(s, label, kernel, metrics, f"{report.name}.ncu-rep", *share)
             return rows
     for s, label in todo:
         where = f"{study.name}/{variant.id} at {label}"
         report = report_dir / label
         launch = launch_command(project, study, variant, label, cubin)
         try:
+            t0 = time.monotonic()
             run_ncu(
                 None if by_range else variant.entry,
                 report,
@@ -391,8 +400,10 @@ def profile_variant(
                 env,
                 timeout,
             )
+            t1 = time.monotonic()
             read = read_report_all if by_range else read_report
             kernel, metrics = read(Path(str(report) + ".ncu-rep"))
+            t2 = time.monotonic()
         except ToolTimeout as e:
             marker(s, label, "failed", "hang", str(e))
             continue
@@ -400,7 +411,7 @@ def profile_variant(
             marker(s, label, "failed", "tool", str(e))
             continue
         log(f"{where}: {len(metrics)} metrics from {report.name}.ncu-rep")
-        metric_rows(s, label, kernel, metrics, f"{report.name}.ncu-rep")
+        metric_rows(s, label, kernel, metrics, f"{report.name}.ncu-rep", t1 - t0, t2 - t1)
     return rows
 
 

@@ -204,8 +204,32 @@ def bench_time(meas: pd.DataFrame | None) -> dict | None:
     }
 
 
+def profile_time(prof: pd.DataFrame | None) -> dict | None:
+    """Where the profile jobs' seconds went, from the profile rows' own clocks: start-up,
+    waiting for the GPU, the ncu processes (each size's share) and reading their reports;
+    None for tables measured before the rows kept them."""
+    need = ("job_startup_s", "job_wait_s", "ncu_s", "read_s")
+    if prof is None or not set(need) <= set(prof.columns) or prof["ncu_s"].isna().all():
+        return None
+    sizes = prof.drop_duplicates(["variant", "size"])
+    jobs = sizes.groupby("variant", sort=False)
+    return {
+        "jobs": int(jobs.ngroups),
+        "sizes": int(sizes["ncu_s"].notna().sum()),
+        "processes": int(sizes.loc[sizes["ncu_s"].notna(), "report"].nunique()),
+        "startup": float(jobs["job_startup_s"].first().sum()),
+        "wait": float(jobs["job_wait_s"].first().sum()),
+        "ncu": float(sizes["ncu_s"].sum()),
+        "read": float(sizes["read_s"].sum()),
+    }
+
+
 def stages_section(
-    table: pd.DataFrame | None, fmt, run: dict | None = None, meas: pd.DataFrame | None = None
+    table: pd.DataFrame | None,
+    fmt,
+    run: dict | None = None,
+    meas: pd.DataFrame | None = None,
+    prof: pd.DataFrame | None = None,
 ) -> list[str]:
     if table is None or table.empty:
         return []
@@ -236,6 +260,17 @@ def stages_section(
             "| "
             + " | ".join(fmt(spent[k], 3) for k in ("startup", "wait", "init", "check", "timing"))
             + " |",
+            "",
+        ]
+    spent = profile_time(prof)
+    if spent:
+        L += [
+            f"Inside the {spent['jobs']} profile jobs ({spent['sizes']} sizes profiled by "
+            f"{spent['processes']} ncu processes; their rows' own clocks, seconds summed):",
+            "",
+            "| start-up | waiting for the GPU | ncu (launch helper, replays) | reading reports |",
+            "|--:|--:|--:|--:|",
+            "| " + " | ".join(fmt(spent[k], 3) for k in ("startup", "wait", "ncu", "read")) + " |",
             "",
         ]
     if run:

@@ -305,7 +305,9 @@ def render_markdown(
             L.append(figure_md(f, figures_prefix))
             L.append("")
 
-    L += quality.stages_section(data.table("stages"), fmt, data.run, data.table("measurements"))
+    L += quality.stages_section(
+        data.table("stages"), fmt, data.run, data.table("measurements"), data.table("profile")
+    )
 
     L.append("## All measurements")
     L.append("")
