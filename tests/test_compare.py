@@ -302,4 +302,5 @@ def test_the_samples_table_keeps_the_job_and_reads_older_tables(tmp_path):
     published = tables.read(
         REPO / "worklogs" / "nvidia-h200" / "softmax" / "data" / "samples.parquet"
     )
-    assert "job" not in published.columns and not compare.indexed(published).exact
+    # measured since the job column: a tuned row's samples are its own job's
+    assert "job" in published.columns and compare.indexed(published).exact

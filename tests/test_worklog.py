@@ -994,6 +994,8 @@ def _reordered_copy(worklogs: Path, gpu: str, study: str, dest: Path, seed: int)
     out = layout.published_paths(dest, gpu, study)
     out["meta"].parent.mkdir(parents=True)
     shutil.copyfile(src["meta"], out["meta"])
+    if src["run"].is_file():  # the run's record, as published beside the tables
+        shutil.copyfile(src["run"], out["run"])
     for name in layout.DATA_TABLES:
         if src[name].is_file():
             df = pd.read_parquet(src[name])
