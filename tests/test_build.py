@@ -476,3 +476,22 @@ def test_editing_a_shared_header_recompiles_the_kernels_that_include_it(tmp_path
     assert proc.returncode == 0, proc.stderr[-3000:]
     jobs = planned_jobs(proc.stdout + proc.stderr)
     assert [w.get("variant") for rule, w in jobs if rule == "compile"] == ["06_wgmma_tma"]
+
+
+def test_the_device_tables_micro_benchmarks_compile_to_wide_loads(tmp_path):
+    """The read ceilings' kernels (kernelbook.measure.microbench), compiled as CuPy does on the
+    GPU host: each streams 16-byte loads, dram_read four of them a loop trip plus its tail."""
+    from kernelbook.measure import microbench
+
+    src = tmp_path / "microbench.cu"
+    src.write_text(microbench.SOURCE)
+    cubin = tmp_path / "microbench.cubin"
+    cmd = ["nvcc", "-arch=sm_90", "-cubin", "-std=c++17", "-o", str(cubin), str(src)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    sass = build.sass_of(cubin, 120, "microbench")
+    assert set(sass) == {"dram_read", "l2_read", "l1_read"}, set(sass)
+    wide = {f: sum(n for op, n in ops.items() if op.startswith("LDG.E.128"))
+            for f, ops in sass.items()}  # fmt: skip
+    assert all(wide.values()), wide
+    assert wide["dram_read"] >= 5, wide  # 4 unrolled + the tail

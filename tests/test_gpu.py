@@ -458,6 +458,9 @@ def test_device_table(tmp_path):
     assert df["sm_count"] >= 1
     assert df["l2_bytes"] > 1e6
     assert df["copy_gbps"] > 500
+    # reading alone, the ceiling a decode GEMV streams its weights against: above the copy's
+    # (which reads and writes), below the memory's theoretical peak
+    assert df["copy_gbps"] * 0.9 < df["dram_read_gbps"] < df["dram_peak_gbps"]
     assert 0 < df["cublas_fp32_tflops"] < df["fp32_peak_tflops"] * 1.05
     assert df["cublas_bf16_tflops"] > df["cublas_fp32_tflops"]
 

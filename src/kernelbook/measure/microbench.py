@@ -1,4 +1,9 @@
-"""Micro-benchmarks of the pipeline's own for the roofline's L2 and L1 ceilings.
+"""Micro-benchmarks of the pipeline's own for the read ceilings: DRAM, L2 and L1.
+
+dram_read: one pass of 16-byte ld.global.cg loads (four in flight a thread) over a buffer
+34 times the H200's L2, each thread walking its own grid-stride sequence: what a kernel that
+only reads, such as a decode GEMV streaming its weights, can get from HBM. A copy reads and
+writes, so its bandwidth is not that ceiling.
 
 l2_read: every thread streams 16-byte loads with ld.global.cg (cached in L2, not in L1)
 over a buffer of a quarter of the L2, several passes; after the first pass the buffer is
@@ -34,6 +39,23 @@ extern "C" __global__ void l2_read(const float4* buf, long long n4, int passes, 
     }
   if (acc == 1234.5f) sink[start] = acc;
 }
+extern "C" __global__ void dram_read(const float4* buf, long long n4, float* sink) {
+  float acc = 0.f;
+  const long long start = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  long long i = start;
+  for (; i + 3 * stride < n4; i += 4 * stride) {  // four independent loads in flight
+    float4 a = ld_cg(buf + i), b = ld_cg(buf + i + stride);
+    float4 c = ld_cg(buf + i + 2 * stride), d = ld_cg(buf + i + 3 * stride);
+    acc += (a.x + a.y + a.z + a.w) + (b.x + b.y + b.z + b.w) + (c.x + c.y + c.z + c.w) +
+           (d.x + d.y + d.z + d.w);
+  }
+  for (; i < n4; i += stride) {
+    float4 v = ld_cg(buf + i);
+    acc += v.x + v.y + v.z + v.w;
+  }
+  if (acc == 1234.5f) sink[start] = acc;
+}
 extern "C" __global__ void l1_read(const float4* buf, int n4_per_block, int passes, float* sink) {
   float acc = 0.f;
   const float4* base = buf + (long long)blockIdx.x * n4_per_block;
@@ -46,21 +68,39 @@ extern "C" __global__ void l1_read(const float4* buf, int n4_per_block, int pass
 }
 """
 
+DRAM_READ_BYTES = 2 * 1024**3
 L1_SLICE_BYTES = 16 * 1024
 L2_PASSES = 20
 L1_PASSES = 400
 
 
 def measure(timer, sms: int, l2_bytes: int, seed: int) -> dict[str, tuple[float, str]]:
-    """{quantity: (GB/s, method)} for the L2 and L1 read ceilings."""
+    """{quantity: (GB/s, method)} for the DRAM, L2 and L1 read ceilings."""
     import cupy as cp
     import numpy as np
 
     module = cp.RawModule(code=SOURCE, options=("-std=c++17",))
     l2k, l1k = module.get_function("l2_read"), module.get_function("l1_read")
+    dk = module.get_function("dram_read")
     rng = cp.random.default_rng(seed)
     sink = cp.zeros(sms * 64 * 1024, dtype=cp.float32)
     out = {}
+
+    buf = rng.standard_normal(DRAM_READ_BYTES // 4, dtype=cp.float32)
+    grid, block = sms * 8, 512
+
+    def dram():
+        dk((grid,), (block,), (buf, np.int64(DRAM_READ_BYTES // 16), sink))
+
+    st = timer.measure({"dram": dram}, "DRAM read bandwidth")["dram"]
+    out["dram_read_gbps"] = (
+        DRAM_READ_BYTES / (st.median * 1e-3) / 1e9,
+        f"dram_read: ld.global.cg 16-byte loads, 4 in flight a thread, one pass over "
+        f"{DRAM_READ_BYTES} B ({DRAM_READ_BYTES / l2_bytes:.0f}x the L2), grid 8 x SMs x 512 "
+        f"threads, bytes read over the {st.method} median",
+    )
+    del buf
+    cp.get_default_memory_pool().free_all_blocks()
 
     n_bytes = (l2_bytes // 4) // 16 * 16
     buf = rng.standard_normal(n_bytes // 4, dtype=cp.float32)
