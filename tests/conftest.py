@@ -99,6 +99,14 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(groups[0]))
         elif "built" in item.fixturenames:  # a module's kernels, compiled once, on one worker
             item.add_marker(pytest.mark.xdist_group(f"built:{item.module.__name__}"))
+    # The GPU tiers: `-m gpu` is the quick one; the whole Snakemake runs of the failure
+    # controls (gpu and slow) wait for `-m "gpu and slow"` (or a plain `pytest`), skipped
+    # visibly, never deselected in silence.
+    if config.option.markexpr.strip() == "gpu":
+        later = pytest.mark.skip(reason="the slow GPU tier: run it with -m 'gpu and slow'")
+        for item in items:
+            if "slow" in item.keywords and "gpu" in item.keywords:
+                item.add_marker(later)
 
 
 def copy_repo(dest: Path) -> Path:

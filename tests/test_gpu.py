@@ -75,6 +75,7 @@ def test_variants_correct_at_odd_sizes(tmp_path, variant):
     assert "TF32 off" in df["baseline_mode"].iloc[0]
 
 
+@pytest.mark.slow  # a whole Snakemake run: the release tier (-m 'gpu and slow')
 def test_negative_controls_caught_while_other_jobs_finish(tmp_path):
     results = tmp_path / "results"
     slug = INFO.slug
@@ -149,6 +150,7 @@ def _snakemake_in(root: Path, *args: str, timeout: float = 1500) -> subprocess.C
     )
 
 
+@pytest.mark.slow  # a whole Snakemake run: the release tier (-m 'gpu and slow')
 def test_controls_study_passes_its_gates_when_every_control_fails_as_declared(tmp_path):
     """The whole controls study, page and gates included: each control fails the way its
     `expect` says (at the bench or under the sanitizer), so every gate passes."""
@@ -204,6 +206,7 @@ MIXED = {
 }
 
 
+@pytest.mark.slow  # a whole Snakemake run: the release tier (-m 'gpu and slow')
 def test_a_wrong_and_a_hanging_variant_do_not_hide_the_study(tmp_path):
     """Items 8 and 9 of issue 19: the study's tables and page are made, every job ends, and
     the run exits non-zero with the gate's summary at its end."""
@@ -255,6 +258,7 @@ def test_a_wrong_and_a_hanging_variant_do_not_hide_the_study(tmp_path):
     assert failed_rules <= {"bench_gate", "sanitize_gate"}, out[-6000:]
 
 
+@pytest.mark.slow  # a whole Snakemake run: the release tier (-m 'gpu and slow')
 def test_a_faults_study_costs_seconds_and_names_every_fault(tmp_path):
     """Issue 24: a correct kernel beside wrong, out-of-bounds, hanging and non-compiling
     ones, from an empty results/ to the gates' summary and the page, under the default
