@@ -188,6 +188,19 @@ def test_gpu_dag_tunes_then_sweeps_the_winner(repo_copy):
     assert by("profile") == by("sanitize") == declared
     assert {w["gpu"] for r, w in jobs if "gpu" in w} == {"nvidia-h200"}
     assert not [r for r, _ in jobs if r in ("worklog", "study_figures", "publish")]
+    # a host-timed job (regimes: every core) runs as soon as it is ready, above any four of
+    # the other GPU jobs together; a kernel-timed one keeps the bench's priority
+    prio = {}
+    current = None
+    for line in output(proc).splitlines():
+        if line.startswith(("rule ", "localrule ")):
+            current = line.split()[1].rstrip(":")
+        elif line.strip().startswith("output:") and current in ("bench", "bench_tuned_sweep"):
+            study = line.split("results/nvidia-h200/", 1)[1].split("/", 1)[0]
+        elif line.strip().startswith("priority:") and current in ("bench", "bench_tuned_sweep"):
+            prio.setdefault(study, set()).add(int(line.split(":")[1]))
+    assert prio["regimes"] == {100}
+    assert all(p == {10} for s, p in prio.items() if s != "regimes"), prio
 
 
 def test_full_run_without_gpu(built_repo):

@@ -18,7 +18,7 @@ rule bench:
         RL.log("{study}", "bench", "{gpu}", "{variant}.log"),
     benchmark:
         RL.benchmark("bench", "{gpu}", "{study}", "{variant}")
-    priority: 10
+    priority: host_timed_priority
     conda:
         "../envs/kernelbook.yaml"
     threads: host_timed_threads
@@ -66,7 +66,7 @@ rule bench_tuned_sweep:
         RL.log("{study}", "sweep", "{gpu}", "{variant}.log"),
     benchmark:
         RL.benchmark("bench_tuned_sweep", "{gpu}", "{study}", "{variant}")
-    priority: 10
+    priority: host_timed_priority
     conda:
         "../envs/kernelbook.yaml"
     threads: host_timed_threads

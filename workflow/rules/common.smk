@@ -115,6 +115,16 @@ def host_timed_threads(wildcards):
     return ALL_CORES if study and study.timing.get("method") == "host" else 1
 
 
+def host_timed_priority(wildcards):
+    """A job that times the host runs as soon as it is ready: it needs every core, and at a
+    lower priority the scheduler keeps filling the cores with other studies' 1-core profile
+    and sanitize jobs, so each host-timed job waited for a drain (an H200 run: the regimes
+    study's 7 bench jobs, 76 s of work, took 230 s of wall time so). Above any sum of the
+    other GPU jobs' priorities (four slots a GPU)."""
+    study = PROJECT.studies.get(wildcards.study)
+    return 100 if study and study.timing.get("method") == "host" else 10
+
+
 def settings_arg(wildcards):
     """Global settings for one study's jobs, passed to the CLI as JSON."""
     return shlex.quote(
