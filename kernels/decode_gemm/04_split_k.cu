@@ -122,7 +122,7 @@ decode_split_k(int M, int N, int K, const __nv_bfloat16* __restrict__ x,
   const int n0 = (blockIdx.x * WARPS + threadIdx.x / 32) * ROWS;
   if (n0 >= N) return;  // the whole warp
   const int ks = (K / S + (K % S != 0) + 7) / 8 * 8;  // cdiv(K, S) rounded up to 8
-  const int k0 = min(K, s * ks), k1 = min(K, k0 + ks);
+  const int k0 = s * ks < K ? s * ks : K, k1 = k0 + ks < K ? k0 + ks : K;
   float* partial = ws + HEADER_FLOATS + (size_t)s * M * N;
   if (M <= 1) rows_times_batch<1>(M, N, K, k0, k1, n0, 0, lane, x, W, partial);
   else if (M <= 2) rows_times_batch<2>(M, N, K, k0, k1, n0, 0, lane, x, W, partial);
