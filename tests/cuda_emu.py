@@ -25,6 +25,7 @@ EMU = r"""
 struct dim3 { unsigned x = 1, y = 1, z = 1; };
 inline thread_local dim3 threadIdx;
 inline dim3 blockIdx, blockDim;
+inline dim3 gridDim;  // set by emu_launch
 struct float4 { float x, y, z, w; };
 struct uint4 { unsigned x, y, z, w; };
 inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
@@ -51,6 +52,7 @@ inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); r
 // threads as OS threads sharing its barrier and its warps' shuffle barriers.
 template <class F> void emu_launch(dim3 grid, dim3 block, F body) {
   blockDim = block;
+  gridDim = grid;
   const int nt = block.x * block.y;
   for (unsigned by = 0; by < grid.y; ++by)
     for (unsigned bx = 0; bx < grid.x; ++bx) {
