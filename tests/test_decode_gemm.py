@@ -59,6 +59,34 @@ def test_study_loads_with_the_decode_sizes():
     assert "decode_gemm" not in cfg.read_yaml(REPO / "config" / "config.yaml")["studies"]
 
 
+def test_a_read_bound_study_headlines_bandwidth_against_a_streaming_read(tmp_path):
+    """The study overrides hgemm's figure of merit: GB/s, against the same bytes read (not
+    copied) beside each variant; study.json carries both, and the key is refused, naming it,
+    where the figure of merit is tflops."""
+    import yaml
+
+    from kernelbook.report import meta
+
+    assert (STUDY.figure_of_merit, STUDY.bandwidth_reference) == ("gbps", "read")
+    assert PROJECT.study("decode_gemm").figure_of_merit != HGEMM.figure_of_merit
+    out = tmp_path / "study.json"
+    meta.write_meta(STUDY, REPO, out)
+    written = json.loads(out.read_text())
+    assert (written["figure_of_merit"], written["bandwidth_reference"]) == ("gbps", "read")
+    hgemm = cfg.load_project_file(REPO / "config" / "config.yaml").study("hgemm")
+    assert (hgemm.figure_of_merit, hgemm.bandwidth_reference) == ("tflops", "copy")
+    studies = tmp_path / "studies"
+    shutil.copytree(REPO / "config" / "studies", studies)
+    raw = yaml.safe_load((studies / "decode_gemm.yaml").read_text())
+    raw.pop("figure_of_merit")
+    (studies / "decode_gemm.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(cfg.ConfigError, match="decode_gemm.yaml: bandwidth_reference: read"):
+        cfg.load_project_file(
+            REPO / "config" / "config.yaml",
+            overrides={"studies": ["decode_gemm"], "study_dir": str(studies)},
+        ).study("decode_gemm")
+
+
 def test_kernelbook_list_shows_the_study():
     proc = kernelbook_cli(REPO, "list", "decode_gemm", timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -364,3 +392,17 @@ def test_the_ladder_s_best_is_at_least_as_fast_as_01_at_the_headline(tmp_path):
     medians = {vid: float(_bench(tmp_path, vid, label)["median_ms"].iloc[0]) for vid in VIDS}
     best = min(VIDS[1:], key=medians.get)
     assert medians[best] <= medians[VIDS[0]], medians
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(INFO is None, reason=f"no GPU here: {WHY}")
+def test_each_row_holds_its_bandwidth_against_a_streaming_read_of_the_same_bytes(tmp_path):
+    """The same-bytes reference timed beside the variant is a read (copy_kind read): W's
+    bytes over the read's time is a physical bandwidth, below the memory's theoretical peak,
+    and no variant reads W faster than the read kernel by more than noise."""
+    row = _bench(tmp_path, "03_rows_per_warp", HGEMM.label(STUDY.headline)).iloc[0]
+    assert row["copy_kind"] == "read"
+    facts = gpu.device_facts(INFO.uuids[0])
+    peak = facts["mem_clock_max_mhz"] * 1e6 * facts["memory_bus_width_bits"] * 2 / 8 / 1e9
+    assert 0.3 * peak < row["copy_gbps"] < peak, (row["copy_gbps"], peak)
+    assert 0 < row["pct_of_copy"] < 110, row["pct_of_copy"]

@@ -215,7 +215,6 @@ HGEMM_EMU = r"""
 #include "cuda_bf16.h"
 #include <algorithm>
 using std::min;
-inline dim3 gridDim;  // emu_launch leaves it: the driver sets it
 inline void __syncwarp() {
   emu_warps[(threadIdx.x + threadIdx.y * blockDim.x) / 32]->arrive_and_wait();
 }

@@ -1079,3 +1079,32 @@ def test_the_page_says_where_the_two_instruments_differ():
     assert "1 row(s) timed with CUDA events, not kernel time: CUPTI could not attach" in notes[1]
     said = quality.timer_description(m)
     assert said.startswith("kernel time from CUPTI") and "CUDA events" in said
+
+
+def test_a_read_bound_study_names_its_streaming_read_where_others_name_the_copy(tmp_path):
+    """Rows whose same-bytes reference was a streaming read (copy_kind read: a study with
+    bandwidth_reference: read) say so in the answer, the ladder and the index; tables from
+    before the column read as copies (the published softmax page)."""
+    from kernelbook.report import data as report_data
+    from kernelbook.report import index
+
+    gpu, study = "nvidia-h200", "softmax"
+    worklogs = tmp_path / "worklogs"
+    src = REPO / "worklogs" / gpu / study / "data"
+    dst = worklogs / gpu / study / "data"
+    shutil.copytree(src, dst)
+    m = pd.read_parquet(dst / "measurements.parquet")
+    assert "copy_kind" not in m.columns  # measured before it: copies
+    m.assign(copy_kind="read").to_parquet(dst / "measurements.parquet")
+    page = publish.render_published(worklogs, gpu, study, REPO / "analysis", tmp_path / "out")
+    text = page.read_text()
+    answer = next(ln for ln in text.splitlines() if ln.startswith("**Answer at"))
+    assert "% of a streaming read** of the same bytes timed beside it" in answer
+    assert "device copy" not in answer
+    header = next(ln for ln in text.splitlines() if ln.startswith("| variant | status |"))
+    assert "| % of read | read interval |" in header and "% of copy" not in header
+    assert index.study_summary(worklogs, gpu, study)["best"]["copy_kind"] == "read"
+    assert "%** of read, " in index.index(worklogs)
+    published = (REPO / "worklogs" / gpu / study / "README.md").read_text()
+    assert "% of a device copy** of the same bytes" in published
+    assert report_data.copy_word(m) == "copy"

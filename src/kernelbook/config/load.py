@@ -153,6 +153,12 @@ def load_study(path: Path, settings: dict, root: Path) -> Study:
         claimed = [*sizes, *profile_sizes, *([sanitize_size] if sanitize_size else [])]
         _check_launches([v, *cands], claimed, smem_optin_limit(v.target(settings["arch"])), where)
     _check_claims(variants, shown)
+    fom = raw.get("figure_of_merit", problem.figure_of_merit)
+    if "bandwidth_reference" in raw and fom != "gbps":
+        raise ConfigError(
+            f"{shown}: bandwidth_reference: {raw['bandwidth_reference']} is for a study whose "
+            f"figure of merit is gbps, and this one's is {fom} (set figure_of_merit: gbps)"
+        )
     return Study(
         name=name,
         path=shown,
@@ -164,6 +170,8 @@ def load_study(path: Path, settings: dict, root: Path) -> Study:
         extra_baselines=tuple(baselines[1:]),
         headline=headline,
         second_headline=second,
+        figure_of_merit=fom,
+        bandwidth_reference=raw.get("bandwidth_reference", "copy"),
         tolerance=raw.get("tolerance"),
         timing=timing,
         variants=tuple(variants),

@@ -30,6 +30,7 @@ from kernelbook.launch.kernel import (
     Kernel,
     KernelFailure,
     _cuda_error,
+    device_sm_count,
     kernel_launcher,
     load_kernel,
 )
@@ -324,6 +325,14 @@ def _copy_launcher(b: Bench, nbytes: float):
     return memcpy_launcher(cp, cp.empty_like(src), src, half, b.stream.ptr)
 
 
+def _read_launcher(b: Bench, nbytes: float):
+    """A streaming read of ``nbytes`` (kernelbook.measure.microbench's dram_read): the ceiling
+    of a kernel that only reads, a decode GEMV streaming its weights, in its own job."""
+    from kernelbook.measure import microbench
+
+    return microbench.read_launcher(b.cp, int(nbytes), device_sm_count(), b.stream.ptr)
+
+
 def sample_instruments(st) -> list[dict]:
     """Each sample of one function's Stats as the samples table's instrument columns: ms
     (by the measurement's instrument), event_ms, kernel_span_ms, kernel_sum_ms and kernels
@@ -418,8 +427,9 @@ def _time_size(b: Bench, kernel, variant, s, checked, blank, samples=None) -> di
             unavailable[n] = {"error": f"{type(e).__name__}: {e}"[:500]}
             b.log(f"{where}: baseline {n} not timed: {unavailable[n]['error']}")
     fns.update({"baseline:" + n: e.run for n, e in extras.items()})
-    if problem.figure_of_merit == "gbps":
-        fns["copy"] = _copy_launcher(b, nbytes)
+    if study.figure_of_merit == "gbps":  # the same bytes copied, or read, beside it
+        reference = _read_launcher if study.bandwidth_reference == "read" else _copy_launcher
+        fns["copy"] = reference(b, nbytes)
     dropped = b.timer.dropped
     try:
         with b.sampler:
@@ -489,7 +499,10 @@ def _time_size(b: Bench, kernel, variant, s, checked, blank, samples=None) -> di
         cp_ms = stats["copy"].median
         copy_gbps = nbytes / (cp_ms * 1e-3) / 1e9
         row.update(
-            copy_median_ms=cp_ms, copy_gbps=copy_gbps, pct_of_copy=100.0 * row["gbps"] / copy_gbps
+            copy_median_ms=cp_ms,
+            copy_gbps=copy_gbps,
+            pct_of_copy=100.0 * row["gbps"] / copy_gbps,
+            copy_kind=study.bandwidth_reference,
         )
     flag = " THROTTLED " + env["throttle_reasons"] if env["throttled"] else ""
     b.log(

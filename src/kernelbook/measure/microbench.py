@@ -69,6 +69,29 @@ extern "C" __global__ void l1_read(const float4* buf, int n4_per_block, int pass
 """
 
 DRAM_READ_BYTES = 2 * 1024**3
+READ_BLOCKS_PER_SM, READ_THREADS = 8, 512  # dram_read's grid: 8 x SMs blocks of 512 threads
+
+
+def read_launcher(cp, nbytes: int, sms: int, stream_ptr: int):
+    """One dram_read pass over ``nbytes`` (a multiple of 16, rounded down) on the stream: the
+    bench's same-bytes reference of a study that only reads (bandwidth_reference: read), as
+    the copy is of one that reads and writes; the launcher holds its buffers."""
+    import numpy as np
+
+    n16 = max(1, int(nbytes) // 16)
+    buf = cp.ones(n16 * 4, dtype=cp.float32)
+    grid = sms * READ_BLOCKS_PER_SM
+    sink = cp.zeros(grid * READ_THREADS, dtype=cp.float32)
+    kernel = cp.RawModule(code=SOURCE, options=("-std=c++17",)).get_function("dram_read")
+    stream = cp.cuda.ExternalStream(stream_ptr)
+
+    def run():
+        kernel((grid,), (READ_THREADS,), (buf, np.int64(n16), sink), stream=stream)
+
+    run.buffers = (buf, sink)
+    return run
+
+
 L1_SLICE_BYTES = 16 * 1024
 L2_PASSES = 20
 L1_PASSES = 400
@@ -87,7 +110,7 @@ def measure(timer, sms: int, l2_bytes: int, seed: int) -> dict[str, tuple[float,
     out = {}
 
     buf = rng.standard_normal(DRAM_READ_BYTES // 4, dtype=cp.float32)
-    grid, block = sms * 8, 512
+    grid, block = sms * READ_BLOCKS_PER_SM, READ_THREADS
 
     def dram():
         dk((grid,), (block,), (buf, np.int64(DRAM_READ_BYTES // 16), sink))

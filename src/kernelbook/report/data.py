@@ -275,8 +275,18 @@ def summary(data: StudyData) -> dict:
             fom: as_float(best.get(fom)),
             f"baseline_{fom}": as_float(best.get(f"baseline_{fom}")),
             "pct_of_copy": as_float(best.get("pct_of_copy")),
+            "copy_kind": copy_word(ok),
         }
     return out
+
+
+def copy_word(rows) -> str:
+    """What a bandwidth study's same-bytes reference was: 'read' (a streaming read, the
+    study's bandwidth_reference) or 'copy' (a device copy; tables from before copy_kind)."""
+    if isinstance(rows, dict):
+        return "read" if rows.get("copy_kind") == "read" else "copy"
+    kinds = set(rows["copy_kind"].dropna()) if "copy_kind" in rows else set()
+    return "read" if kinds == {"read"} else "copy"
 
 
 def candidate_id(tuned: str, tune_point: str) -> str:

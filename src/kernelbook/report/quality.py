@@ -11,6 +11,7 @@ import pandas as pd
 
 from kernelbook import runlog
 from kernelbook.report import compare, pipeline_cost, plot
+from kernelbook.report.data import copy_word
 
 # The stable-denominator bound: a baseline's median at one size may spread by at most this
 # (max over min) across the jobs of one run; the page flags sizes above it.
@@ -302,7 +303,7 @@ def before_after(before: pd.DataFrame, after: pd.DataFrame, headline: str | None
     a, col = pivot(before)
     b, _ = pivot(after)
     sizes = compared_sizes(after, headline)
-    what = "% of copy" if col == "pct_of_copy" else "% of baseline"
+    what = f"% of {copy_word(after)}" if col == "pct_of_copy" else "% of baseline"
 
     def cell(t, v, s):
         x = t.loc[v, s] if v in t.index and s in t.columns else float("nan")

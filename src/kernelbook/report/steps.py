@@ -10,6 +10,7 @@ from kernelbook.report import claims, compare
 from kernelbook.report.data import (
     StudyData,
     candidate_id,
+    copy_word,
     headline_size,
     metric_deltas,
     variant_info,
@@ -77,7 +78,8 @@ def ladder_table(data, order, head, base, unit, fom, cis=None) -> str:
         if r["status"] == "ok" and ms:
             prev_ms = ms
     heads = ["variant", "status", "median ms", unit, f"% of {base}", "interval"]
-    heads += ["% of copy", "copy interval"] if copy else []
+    word = copy_word(head)  # the same bytes copied, or read (bandwidth_reference)
+    heads += [f"% of {word}", f"{word} interval"] if copy else []
     heads += ["predicted %", "x previous", "previous interval", "vs previous", f"vs {base}"]
     return md_table(heads, rows, "ll" + "r" * (len(heads) - 4) + "ll")
 

@@ -24,6 +24,7 @@ from kernelbook.report.data import (
     StudyData,
     baseline_label,
     candidate_rows,
+    copy_word,
     figure_of_merit,
     headline_rows,
     headline_size,
@@ -244,8 +245,9 @@ def render_markdown(
             f"**{fmt(b['pct_of_baseline'])} % of {base}** ({fmt(b.get(fom))} {unit} against "
             f"{fmt(b.get(f'baseline_{fom}'))} {unit}{vs_base})"
             + (
-                f" and **{fmt(b['pct_of_copy'])} % of a device copy** of the same bytes "
-                f"timed beside it{vs_copy}."
+                f" and **{fmt(b['pct_of_copy'])} % of "
+                f"{'a streaming read' if copy_word(b) == 'read' else 'a device copy'}** of the "
+                f"same bytes timed beside it{vs_copy}."
                 if b.get("pct_of_copy") is not None
                 else "."
             )
