@@ -21,35 +21,11 @@
 // takes a scalar path (one BF16 a lane a step), chosen once per launch (a uniform branch).
 // Launch: grid (cdiv(N, WARPS)), block (32 * WARPS), no shared memory.
 
-#include <cuda_bf16.h>
+#include "decode.cuh"
 
 #ifndef WARPS
 #define WARPS 4
 #endif
-
-// bf16 pairs in a 32-bit word: the low half is element 2i, the high half 2i + 1
-__device__ __forceinline__ float bf_lo(unsigned u) { return __uint_as_float(u << 16); }
-__device__ __forceinline__ float bf_hi(unsigned u) { return __uint_as_float(u & 0xffff0000u); }
-
-__device__ __forceinline__ float dot8(uint4 a, uint4 b, float acc)
-{
-  acc = fmaf(bf_lo(a.x), bf_lo(b.x), acc);
-  acc = fmaf(bf_hi(a.x), bf_hi(b.x), acc);
-  acc = fmaf(bf_lo(a.y), bf_lo(b.y), acc);
-  acc = fmaf(bf_hi(a.y), bf_hi(b.y), acc);
-  acc = fmaf(bf_lo(a.z), bf_lo(b.z), acc);
-  acc = fmaf(bf_hi(a.z), bf_hi(b.z), acc);
-  acc = fmaf(bf_lo(a.w), bf_lo(b.w), acc);
-  acc = fmaf(bf_hi(a.w), bf_hi(b.w), acc);
-  return acc;
-}
-
-__device__ __forceinline__ float warp_sum(float v)
-{
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 extern "C" __global__ void __launch_bounds__(32 * WARPS)
 decode_warp_per_row(int M, int N, int K, const __nv_bfloat16* __restrict__ x,

@@ -22,7 +22,7 @@
 // Sizes: any M, N, K (rows past N are skipped; K % 8 != 0 takes a scalar path, as in 02).
 // Launch: grid (cdiv(N, WARPS * ROWS)), block (32 * WARPS), no shared memory.
 
-#include <cuda_bf16.h>
+#include "decode.cuh"
 
 #ifndef WARPS
 #define WARPS 4
@@ -31,29 +31,6 @@
 #define ROWS 2
 #endif
 #define MAX_MT 32
-
-__device__ __forceinline__ float bf_lo(unsigned u) { return __uint_as_float(u << 16); }
-__device__ __forceinline__ float bf_hi(unsigned u) { return __uint_as_float(u & 0xffff0000u); }
-
-__device__ __forceinline__ float dot8(uint4 a, uint4 b, float acc)
-{
-  acc = fmaf(bf_lo(a.x), bf_lo(b.x), acc);
-  acc = fmaf(bf_hi(a.x), bf_hi(b.x), acc);
-  acc = fmaf(bf_lo(a.y), bf_lo(b.y), acc);
-  acc = fmaf(bf_hi(a.y), bf_hi(b.y), acc);
-  acc = fmaf(bf_lo(a.z), bf_lo(b.z), acc);
-  acc = fmaf(bf_hi(a.z), bf_hi(b.z), acc);
-  acc = fmaf(bf_lo(a.w), bf_lo(b.w), acc);
-  acc = fmaf(bf_hi(a.w), bf_hi(b.w), acc);
-  return acc;
-}
-
-__device__ __forceinline__ float warp_sum(float v)
-{
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 // y[m0 + m][n0 + r] for m < MT (and m0 + m < M), r < ROWS (and n0 + r < N).
 template <int MT>

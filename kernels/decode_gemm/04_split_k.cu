@@ -23,7 +23,7 @@
 // decode_split_k_combine on grid (cdiv(M * N, 256)), block (256). Workspace: 256 header bytes,
 // then MAX_SPLIT * M * N floats (at least S * M * N).
 
-#include <cuda_bf16.h>
+#include "decode.cuh"
 
 #ifndef WARPS
 #define WARPS 4
@@ -33,29 +33,6 @@
 #endif
 #define MAX_MT 32
 #define HEADER_FLOATS 64  // 256 bytes: the split count, then padding (partials stay aligned)
-
-__device__ __forceinline__ float bf_lo(unsigned u) { return __uint_as_float(u << 16); }
-__device__ __forceinline__ float bf_hi(unsigned u) { return __uint_as_float(u & 0xffff0000u); }
-
-__device__ __forceinline__ float dot8(uint4 a, uint4 b, float acc)
-{
-  acc = fmaf(bf_lo(a.x), bf_lo(b.x), acc);
-  acc = fmaf(bf_hi(a.x), bf_hi(b.x), acc);
-  acc = fmaf(bf_lo(a.y), bf_lo(b.y), acc);
-  acc = fmaf(bf_hi(a.y), bf_hi(b.y), acc);
-  acc = fmaf(bf_lo(a.z), bf_lo(b.z), acc);
-  acc = fmaf(bf_hi(a.z), bf_hi(b.z), acc);
-  acc = fmaf(bf_lo(a.w), bf_lo(b.w), acc);
-  acc = fmaf(bf_hi(a.w), bf_hi(b.w), acc);
-  return acc;
-}
-
-__device__ __forceinline__ float warp_sum(float v)
-{
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 // partial[m0 + m][n0 + r] over columns [k0, k1) (k0 % 8 == 0), m < MT, r < ROWS.
 template <int MT>

@@ -1,0 +1,30 @@
+// What the decode_gemm steps 02-04 share: bf16 arithmetic on 16-byte vectors, and the warp's
+// sum. Included with quotes, so a kernel's source hash covers it (kernelbook.provenance).
+#pragma once
+#include <cuda_bf16.h>
+
+// bf16 pairs in a 32-bit word: the low half is element 2i, the high half 2i + 1
+__device__ __forceinline__ float bf_lo(unsigned u) { return __uint_as_float(u << 16); }
+__device__ __forceinline__ float bf_hi(unsigned u) { return __uint_as_float(u & 0xffff0000u); }
+
+// acc + the dot product of 8 bf16 pairs (a 16-byte load of each side), FP32 FMAs in order
+__device__ __forceinline__ float dot8(uint4 a, uint4 b, float acc)
+{
+  acc = fmaf(bf_lo(a.x), bf_lo(b.x), acc);
+  acc = fmaf(bf_hi(a.x), bf_hi(b.x), acc);
+  acc = fmaf(bf_lo(a.y), bf_lo(b.y), acc);
+  acc = fmaf(bf_hi(a.y), bf_hi(b.y), acc);
+  acc = fmaf(bf_lo(a.z), bf_lo(b.z), acc);
+  acc = fmaf(bf_hi(a.z), bf_hi(b.z), acc);
+  acc = fmaf(bf_lo(a.w), bf_lo(b.w), acc);
+  acc = fmaf(bf_hi(a.w), bf_hi(b.w), acc);
+  return acc;
+}
+
+// the sum over the warp's 32 lanes, in every lane (5 butterfly shuffles)
+__device__ __forceinline__ float warp_sum(float v)
+{
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
