@@ -5,15 +5,43 @@ bear out and each step's section saying how its claims fared. CPU only, seconds.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
+import pandas as pd
 import pytest
 from conftest import REPO
 
 from kernelbook.report import publish
+from kernelbook.report.markdown import fmt
 
 GPU, STUDY = "nvidia-h200", "transpose"
 HEAD = "16384x16384"
+_MEAS = pd.read_parquet(REPO / "worklogs" / GPU / STUDY / "data" / "measurements.parquet")
+_ROWS = _MEAS[(_MEAS["size"] == HEAD) & (_MEAS["variant_kind"] != "candidate")].set_index("variant")
+
+
+def speed(v: str, against: str | None = None) -> float:
+    """v's speed against another step (its median over v's), or against the baseline: the
+    ratio the page states, from the published rows' medians (republishing moves it)."""
+    r = _ROWS.loc[v]
+    other = r["baseline_median_ms"] if against is None else _ROWS.loc[against, "median_ms"]
+    return float(other) / float(r["median_ms"])
+
+
+def stated(text: str, lead: str, value: float) -> str:
+    """The claim's text after ``lead``: its ratio as the page formats it, then an interval
+    that holds it; the verdict and what follows."""
+    m = re.search(
+        re.escape(lead)
+        + re.escape(fmt(value))
+        + r"x, interval \[([-0-9.e]+), ([-0-9.e]+)\]\)?(.*)",
+        text,
+    )
+    assert m, (lead, fmt(value), text[:3000])
+    lo, hi = float(m.group(1)), float(m.group(2))
+    assert lo <= value <= hi or fmt(lo) == fmt(value) or fmt(hi) == fmt(value), (lo, value, hi)
+    return m.group(3)
 
 
 def render_with(tmp_path, claims: dict[str, dict] | None, says: dict[str, str] | None = None):
@@ -59,38 +87,48 @@ def page(tmp_path_factory):
 
 
 def test_claims_the_interval_bears_out_are_said_in_the_section_only(page):
+    assert speed("06_tuned", "05_vectorized") > 1.01, "the premise: 06 is faster than 05"
     first = front(page)
     assert "**06_tuned** claims" not in first
     assert "**02_smem_tiled** claims to be faster than 01_naive" not in first
     got = section(page, "06_tuned")
-    assert (
-        f"**Claims at {HEAD}.** Faster than 05_vectorized: measured faster (1.139x, interval "
-        "[1.137, 1.142]), as claimed." in got
-    )
+    x = speed("06_tuned", "05_vectorized")
+    lead = f"**Claims at {HEAD}.** Faster than 05_vectorized: measured faster ("
+    assert stated(got, lead, x).startswith(", as claimed.")
     # the same interval as the ladder's "vs previous" of the step
     ladder = next(ln for ln in page.splitlines() if ln.startswith("| 06_tuned |"))
-    assert "| 1.139 | [1.137, 1.142] | faster |" in ladder
+    iv = re.search(r"interval (\[[^]]+\])", got[got.index(lead) :]).group(1)
+    assert f"| {fmt(x)} | {iv} | faster |" in ladder
 
 
 def test_claims_it_does_not_bear_out_are_named_first(page):
+    # the premises the fixture's wrong claims rest on
+    assert speed("02_smem_tiled") < 0.99 and speed("03_smem_padded", "00_copy") < 0.99
+    assert speed("05_vectorized", "04_multi_element") > 1.01
     first = front(page)
-    assert (
+    lead = (
         f"- **02_smem_tiled** claims to be faster than torch (the baseline), but at {HEAD} its "
-        "speed against it is 0.8606x, interval [0.86, 0.8617]: **slower**." in first
+        "speed against it is "
     )
-    assert (
+    assert stated(first, lead, speed("02_smem_tiled")).startswith(": **slower**.")
+    lead = (
         f"- **03_smem_padded** claims to be the same speed as 00_copy, but at {HEAD} its speed "
-        "against it is 0.3986x, interval [0.3981, 0.399]: **slower**." in first
+        "against it is "
     )
+    assert stated(first, lead, speed("03_smem_padded", "00_copy")).startswith(": **slower**.")
     assert "- **05_vectorized** claims to be slower than 04_multi_element, but" in first
     assert "**05_vectorized** claims to be faster than 01_naive" not in first  # that one held
     s = section(page, "05_vectorized")
     assert "Faster than 01_naive: measured faster (" in s and "), as claimed." in s
-    assert "Slower than 04_multi_element: measured **faster** (1.025x" in s
-    assert "not as claimed." in s
+    lead = "Slower than 04_multi_element: measured **faster** ("
+    assert stated(s, lead, speed("05_vectorized", "04_multi_element")).startswith(
+        ", not as claimed."
+    )
     s = section(page, "02_smem_tiled")
-    assert "Faster than 01_naive: measured faster (2.015x" in s
-    assert "Faster than torch (the baseline): measured **slower** (0.8606x" in s
+    lead = "Faster than 01_naive: measured faster ("
+    assert stated(s, lead, speed("02_smem_tiled", "01_naive")).startswith(", as claimed.")
+    lead = "Faster than torch (the baseline): measured **slower** ("
+    assert stated(s, lead, speed("02_smem_tiled")).startswith(", not as claimed.")
 
 
 def test_a_claim_that_cannot_be_checked_says_why(page):
