@@ -32,6 +32,10 @@ PROJECT = cfg.load_project_file(
 )
 STUDY = PROJECT.study("decode_gemm")
 VIDS = [v.id for v in STUDY.variants]
+CUDA_VIDS = [v.id for v in STUDY.variants if v.kind == "cuda"]  # nvcc and the emulator
+# on the GPU: the CUDA steps and one candidate of the tuned Triton step (a tuned variant is
+# benched through its candidates)
+GPU_JOBS = [*CUDA_VIDS, "05_triton__BLOCK_M16_BLOCK_N32_BLOCK_K256_NUM_WARPS4_NUM_STAGES4"]
 MS = (1, 2, 4, 8, 16, 32)
 LAYERS = ((4096, 4096), (14336, 4096), (4096, 14336), (28672, 4096), (128256, 4096))
 HGEMM = problems.get("hgemm")
@@ -49,9 +53,13 @@ def test_study_loads_with_the_decode_sizes():
     assert STUDY.second_headline == {"M": 16, "N": 14336, "K": 4096}
     assert STUDY.headline in STUDY.profile_sizes and len(STUDY.profile_sizes) == 2
     assert STUDY.sanitize_size == {"M": 3, "N": 37, "K": 1001}
-    assert VIDS == ["01_thread_per_output", "02_warp_per_row", "03_rows_per_warp", "04_split_k"]
+    assert VIDS == [
+        "01_thread_per_output", "02_warp_per_row", "03_rows_per_warp", "04_split_k", "05_triton"
+    ]  # fmt: skip
+    assert VIDS[:4] == CUDA_VIDS and STUDY.variant("05_triton").is_tuned
     for v in STUDY.variants:
-        assert v.source == f"kernels/decode_gemm/{v.id}.cu", v.id
+        ext = ".py" if v.kind == "triton" else ".cu"
+        assert v.source == f"kernels/decode_gemm/{v.id}{ext}", v.id
         assert v.says and "pct_of_baseline" in v.predict, v.id
         assert v.id == VIDS[0] or v.claims, v.id  # every step after the floor claims
         assert not v.requires, f"{v.id}: every step handles every shape"
@@ -112,7 +120,29 @@ def _split(sizes, sm_count=cfg.NOMINAL_SM_COUNT) -> int:
     return STUDY.variant("04_split_k").launches(sizes, sm_count=sm_count)[0].grid[1]
 
 
-@pytest.mark.parametrize("vid", VIDS)
+def test_the_triton_step_compiles_to_tensor_core_code_for_every_candidate(tmp_path):
+    """Each 05_triton candidate, compiled ahead of time without a GPU as its job does: no
+    spills, the products on the tensor cores, and a program per BLOCK_N rows of W."""
+    pytest.importorskip("triton")
+    from kernelbook.build import triton as triton_build
+
+    v = STUDY.variant("05_triton")
+    cands = [c for c in STUDY.candidates if c.tuned_from == "05_triton"]
+    assert len(cands) == 6, [c.id for c in cands]
+    for c in cands:
+        res = triton_build.compile_triton(
+            c, ARCH, REPO, "bfloat16", "hgemm", tmp_path / c.id / "kernel.cubin", 600
+        )
+        r = res.resources
+        assert r.spill_store_bytes == 0 and r.spill_load_bytes == 0, (c.id, res.log)
+        assert any(op.startswith(("HMMA", "HGMMA")) for op in res.sass), (c.id, res.sass)
+        s = STUDY.headline
+        grid = c.launches(s, sm_count=cfg.NOMINAL_SM_COUNT)[0].grid
+        assert grid[0] == -(-s["N"] // c.defines["BLOCK_N"]) and grid[1] == 1
+    assert GPU_JOBS[-1] in v.candidates  # the GPU tests' candidate is one of them
+
+
+@pytest.mark.parametrize("vid", CUDA_VIDS)
 def test_launch_geometry_covers_every_output(vid):
     v = STUDY.variant(vid)
     d = v.defines
@@ -165,10 +195,10 @@ def built(tmp_path_factory):
         return vid, build.compile_variant(v, ARCH, FLAGS, REPO, out / vid / "kernel.cubin")
 
     with ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(pool.map(one, VIDS))
+        return dict(pool.map(one, CUDA_VIDS))
 
 
-@pytest.mark.parametrize("vid", VIDS)
+@pytest.mark.parametrize("vid", CUDA_VIDS)
 def test_kernels_compile_without_spills_with_their_loads(built, vid):
     res = built[vid]
     v = STUDY.variant(vid)
@@ -321,7 +351,7 @@ def _emulate(emu_dir, vid, sizes, launches=None):
     return case
 
 
-@pytest.mark.parametrize("vid", VIDS)
+@pytest.mark.parametrize("vid", CUDA_VIDS)
 def test_kernels_run_correctly_on_the_cpu_emulator(emu_dir, numpy_as_cupy, vid):
     tol = HGEMM.tolerance({}, "bfloat16")
     splits = set()
@@ -373,7 +403,7 @@ def _bench(tmp_path, variant, *sizes):
     return pd.read_parquet(out)
 
 
-@pytest.mark.parametrize("vid", VIDS)
+@pytest.mark.parametrize("vid", GPU_JOBS)
 @pytest.mark.gpu
 @pytest.mark.skipif(INFO is None, reason=f"no GPU here: {WHY}")
 def test_every_variant_correct_on_the_gpu_at_small_and_odd_shapes(tmp_path, vid):
@@ -389,9 +419,9 @@ def test_every_variant_correct_on_the_gpu_at_small_and_odd_shapes(tmp_path, vid)
 @pytest.mark.skipif(INFO is None, reason=f"no GPU here: {WHY}")
 def test_the_ladder_s_best_is_at_least_as_fast_as_01_at_the_headline(tmp_path):
     label = HGEMM.label(STUDY.headline)
-    medians = {vid: float(_bench(tmp_path, vid, label)["median_ms"].iloc[0]) for vid in VIDS}
-    best = min(VIDS[1:], key=medians.get)
-    assert medians[best] <= medians[VIDS[0]], medians
+    medians = {vid: float(_bench(tmp_path, vid, label)["median_ms"].iloc[0]) for vid in GPU_JOBS}
+    best = min(GPU_JOBS[1:], key=medians.get)
+    assert medians[best] <= medians[GPU_JOBS[0]], medians
 
 
 @pytest.mark.gpu

@@ -65,6 +65,9 @@ class Hgemm(Problem):
     def tolerance(self, s, dtype):
         return TOLERANCE
 
+    def kernel_arg_types(self, dtype: str) -> tuple[str, ...]:
+        return ("i32", "i32", "i32", "*bf16", "*bf16", "*bf16")  # M, N, K, A, B, C
+
     def setup(
         self, sizes, dtype, params, seed, guard=GUARD_ELEMENTS, reference=True, computes=None
     ) -> Case:
