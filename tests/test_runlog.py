@@ -52,6 +52,7 @@ def test_a_cut_segment_ends_at_its_last_job_and_a_resumed_run_sums_its_segments(
     # from the last segment that began on an empty results/: 600 s cut + 500 s resumed
     assert run["wall_s"] == 1100 and run["segments"] == 2 and run["cut"] == 1
     assert run["from_empty"] and run["complete"]
+    assert run["studies"] == []  # segments written before they named their studies
     text = runlog.text(run)
     assert text.startswith("The run that measured these tables took 18.3 min of wall time")
     assert "over 2 invocations (1 cut short and resumed)" in text and "from an empty" in text
@@ -89,6 +90,7 @@ def test_a_measuring_snakemake_run_records_its_segment(tmp_path):
     s = segs[0]
     assert s["status"] == "complete" and 0 < s["wall_s"] < time.time() - began + 1
     assert target in s["argv"] and s["empty_at_start"]
+    assert s["studies"] == ["sgemm"]  # which studies this invocation ran
     # nothing to do: no segment (Snakemake runs no hook)
     again = snakemake(repo, "--cores", "1", target, "--config", "gpu_model=h200", "studies=[sgemm]")
     assert again.returncode == 0

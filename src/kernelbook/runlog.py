@@ -26,8 +26,9 @@ def _iso(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
-def begin(folder: str | Path, commit: str, gpus: list[str], argv: list[str]) -> Path:
-    """Open this invocation's segment in ``folder`` (results/<gpu>/runs); its path."""
+def begin(folder: str | Path, commit: str, gpus: list[str], argv: list[str], studies=()) -> Path:
+    """Open this invocation's segment in ``folder`` (results/<gpu>/runs); its path. ``argv``:
+    the target files (a rule target such as ``tables`` names none); ``studies``: the run's."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     started = time.time()
@@ -39,6 +40,7 @@ def begin(folder: str | Path, commit: str, gpus: list[str], argv: list[str]) -> 
         "hostname": socket.gethostname(),
         "gpus": list(gpus),
         "argv": list(argv),  # the snakemake command line
+        "studies": list(studies),  # the config's studies for this invocation
         "empty_at_start": not any(folder.parent.glob("*/measurements.parquet")),
     }
     path.write_text(json.dumps(record, indent=1) + "\n")
@@ -102,6 +104,8 @@ def summary(segs: list[dict]) -> dict | None:
         "started_at": segs[0]["started_at"],
         "ended_at": segs[-1]["ended_at"],
         "commits": sorted({s["git_commit"] for s in segs}),
+        # segments written before they named their studies contribute none
+        "studies": sorted({name for s in segs for name in s.get("studies", [])}),
         "hosts": sorted({s["hostname"] for s in segs}),
     }
 

@@ -407,6 +407,7 @@ def open_run_segment():
                 if hasattr(workflow, "dag")
                 else []
             ),
+            list(PROJECT.studies),
         )
 
 
