@@ -107,12 +107,16 @@ def _all_cores():
 ALL_CORES = _all_cores()
 
 
-def host_timed_threads(wildcards):
-    """Every core for a job that times the host (timing.method host: the regimes study):
-    nothing else of the run (nvcc, another job's start-up) competes for the CPU it times.
-    """
+def _host_timed(wildcards) -> bool:
+    """Whether the job's study times the host (timing.method host: the regimes study)."""
     study = PROJECT.studies.get(wildcards.study)
-    return ALL_CORES if study and study.timing.get("method") == "host" else 1
+    return bool(study and study.timing.get("method") == "host")
+
+
+def host_timed_threads(wildcards):
+    """Every core for a job that times the host: nothing else of the run (nvcc, another
+    job's start-up) competes for the CPU it times."""
+    return ALL_CORES if _host_timed(wildcards) else 1
 
 
 def host_timed_priority(wildcards):
@@ -121,8 +125,7 @@ def host_timed_priority(wildcards):
     and sanitize jobs, so each host-timed job waited for a drain (an H200 run: the regimes
     study's 7 bench jobs, 76 s of work, took 230 s of wall time so). Above any sum of the
     other GPU jobs' priorities (four slots a GPU)."""
-    study = PROJECT.studies.get(wildcards.study)
-    return 100 if study and study.timing.get("method") == "host" else 10
+    return 100 if _host_timed(wildcards) else 10
 
 
 def settings_arg(wildcards):

@@ -33,7 +33,6 @@ are pure functions, tested without a GPU.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import os
 import threading
@@ -220,18 +219,8 @@ class Clock:
 
     def start(self) -> None:
         self._c.activity_register_callbacks(self._requested, self._completed)
-        self.enable()
-
-    def enable(self) -> None:
         for kind in self.KINDS:
             self._c.activity_enable(getattr(self._c.ActivityKind, kind))
-
-    def disable(self) -> None:
-        """Records off (and the buffers flushed): an API call then costs the host nothing
-        of CUPTI's."""
-        for kind in self.KINDS:
-            self._c.activity_disable(getattr(self._c.ActivityKind, kind))
-        self._c.activity_flush_all(self._forced)
 
     # -- the timer's side ---------------------------------------------------------------
     def next_tag(self) -> int:
@@ -301,24 +290,6 @@ def clock() -> Clock | None:
 def attached() -> bool:
     """Whether this process has attached CUPTI (its callbacks then stay on every API call)."""
     return _CLOCK is not None
-
-
-@contextlib.contextmanager
-def paused():
-    """CUPTI's records off while the host is timed, where this process attached CUPTI (the
-    device table times cuBLAS by kernel time, then launch overheads by host time): with
-    DRIVER and RUNTIME records on, every API call of a timed op pays for its record (on an
-    H200 host the device table read 25.9 us an eager op so, where the regimes study's eager
-    ops, timed without CUPTI, read about 11 us)."""
-    clk = _CLOCK
-    if clk is None:
-        yield
-        return
-    clk.disable()
-    try:
-        yield
-    finally:
-        clk.enable()
 
 
 def reason() -> str | None:

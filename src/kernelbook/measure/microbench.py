@@ -104,17 +104,11 @@ def measure(timer, sms: int, l2_bytes: int, seed: int) -> dict[str, tuple[float,
 
     module = cp.RawModule(code=SOURCE, options=("-std=c++17",))
     l2k, l1k = module.get_function("l2_read"), module.get_function("l1_read")
-    dk = module.get_function("dram_read")
     rng = cp.random.default_rng(seed)
     sink = cp.zeros(sms * 64 * 1024, dtype=cp.float32)
     out = {}
 
-    buf = rng.standard_normal(DRAM_READ_BYTES // 4, dtype=cp.float32)
-    grid, block = sms * READ_BLOCKS_PER_SM, READ_THREADS
-
-    def dram():
-        dk((grid,), (block,), (buf, np.int64(DRAM_READ_BYTES // 16), sink))
-
+    dram = read_launcher(cp, DRAM_READ_BYTES, sms, timer.stream.ptr)
     st = timer.measure({"dram": dram}, "DRAM read bandwidth")["dram"]
     out["dram_read_gbps"] = (
         DRAM_READ_BYTES / (st.median * 1e-3) / 1e9,
@@ -122,7 +116,7 @@ def measure(timer, sms: int, l2_bytes: int, seed: int) -> dict[str, tuple[float,
         f"{DRAM_READ_BYTES} B ({DRAM_READ_BYTES / l2_bytes:.0f}x the L2), grid 8 x SMs x 512 "
         f"threads, bytes read over the {st.method} median",
     )
-    del buf
+    del dram  # the launcher holds the buffer
     cp.get_default_memory_pool().free_all_blocks()
 
     n_bytes = (l2_bytes // 4) // 16 * 16

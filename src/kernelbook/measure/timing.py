@@ -386,8 +386,7 @@ class Timer:
         for a function) on the events, with the reason in every Stats' note; with
         ``method: host``, on the host clock over batches of back-to-back calls."""
         if self.instrument == cupti.HOST:
-            with cupti.paused():  # no record of CUPTI's in the host's time
-                return self._measure_host(fns, what)
+            return self._measure_host(fns, what)
         if self.clock is None:
             return self._measure(fns, what, False, self.note)
         try:

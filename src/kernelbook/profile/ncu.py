@@ -299,48 +299,28 @@ def profile_variant(
     skip = skip or {}
     rows = []
 
-    def marker(s, label, status, kind, reason):
-        log(f"{study.name}/{variant.id} at {label}: {status.replace('_', ' ')} ({kind}): {reason}")
+    def add(s, label, **cols):
         rows.append(
             {
                 **prov,
                 **s,
                 "size": label,
-                "status": status,
-                "reason": reason,
-                "failure": kind,
-                "metric": None,
-                "value": None,
-                "unit": None,
-                "kernel": None,
-                "report": None,
-                "ncu_s": None,
-                "read_s": None,
+                **dict.fromkeys(("status", "reason", "failure", "metric", "value", "unit")),
+                **dict.fromkeys(("kernel", "report", "ncu_s", "read_s")),
                 "measured_at": provenance.now(),
+                **cols,
             }
         )
+
+    def marker(s, label, status, kind, reason):
+        log(f"{study.name}/{variant.id} at {label}: {status.replace('_', ' ')} ({kind}): {reason}")
+        add(s, label, status=status, reason=reason, failure=kind)
 
     def metric_rows(s, label, kernel, metrics, report_name, ncu_s, read_s):
         now = provenance.now()
         for name, value, unit in metrics:
-            rows.append(
-                {
-                    **prov,
-                    **s,
-                    "size": label,
-                    "status": "ok",
-                    "reason": None,
-                    "failure": None,
-                    "metric": name,
-                    "value": value,
-                    "unit": unit,
-                    "kernel": kernel,
-                    "report": report_name,
-                    "ncu_s": ncu_s,
-                    "read_s": read_s,
-                    "measured_at": now,
-                }
-            )
+            add(s, label, status="ok", metric=name, value=value, unit=unit, kernel=kernel,
+                report=report_name, ncu_s=ncu_s, read_s=read_s, measured_at=now)  # fmt: skip
 
     todo = []
     for s in sizes:
