@@ -123,8 +123,8 @@ def host_timed_priority(wildcards):
     """A job that times the host runs as soon as it is ready: it needs every core, and at a
     lower priority the scheduler keeps filling the cores with other studies' 1-core profile
     and sanitize jobs, so each host-timed job waited for a drain (an H200 run: the regimes
-    study's 7 bench jobs, 76 s of work, took 230 s of wall time so). Above any sum of the
-    other GPU jobs' priorities (four slots a GPU)."""
+    study's 7 bench jobs, 75 s of job time, spanned 212 s from the first's start to the
+    last's end). Above any sum of the other GPU jobs' priorities (four slots a GPU)."""
     return 100 if _host_timed(wildcards) else 10
 
 
