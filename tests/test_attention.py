@@ -301,3 +301,24 @@ def test_launcher_runs_every_kernel_in_order_with_its_geometry(study, monkeypatc
     )
     run()
     assert launch.grid == (114, 32, 1) and calls[0][1] == (114, 32, 1)
+
+
+@pytest.mark.parametrize(
+    ("study", "kept_out"),
+    [("attention", set()), ("transpose", {"00_copy"})],
+)
+def test_headline_leaves_out_reference_kernels_but_not_supersets(study, kept_out):
+    """attention's steps all compute O and L (``computes: o_and_lse``, a superset of the
+    problem): they compete for the headline. transpose's ``computes: copy`` is a reference
+    kernel and does not. From the published tables."""
+    from kernelbook.layout import DATA_TABLES, published_paths
+    from kernelbook.report import data
+
+    p = published_paths("worklogs", "nvidia-h200", study)
+    d = data.load({k: p[k] for k in (*DATA_TABLES, "meta")}, mode="replay")
+    assert data.reference_variants(d) == kept_out
+    best = data.summary(d)["best"]
+    assert best is not None and best["variant"] not in kept_out
+    ok = data.headline_rows(d)
+    ok = ok[(ok["status"] == "ok") & ~ok["variant"].isin(kept_out)]
+    assert best["pct_of_baseline"] == pytest.approx(ok["pct_of_baseline"].astype(float).max())

@@ -92,6 +92,7 @@ class Attention(Problem):
     }
     default_params = {}
     alternatives = {"o_and_lse": "O and the row logsumexp L [B, H, S] float32, both checked"}
+    supersets = frozenset({"o_and_lse"})
     figure_of_merit = "tflops"
     peak = "bf16_tensor"  # the FA2 steps run on BF16 tensor cores: their roof is that peak
 

@@ -113,6 +113,10 @@ class Problem:
     # other functions a reference kernel may compute instead (variant key `computes`);
     # setup(..., computes=name) then builds that function's reference
     alternatives: dict[str, str] = {}
+    # those alternatives that compute the problem's own outputs and more (attention's O with
+    # its logsumexp): their variants are ladder steps, not reference kernels, and compete
+    # for the headline
+    supersets: frozenset[str] = frozenset()
     figure_of_merit = "tflops"  # or "gbps"
     # the compute roof of the roofline: "fp32" (the FP32 peak, cuBLAS FP32) or "bf16_tensor"
     # (the dense BF16 tensor peak, cuBLAS BF16). With "bf16_tensor", the FLOPs of a profile

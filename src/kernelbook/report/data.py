@@ -247,10 +247,22 @@ def baseline_label(data: StudyData) -> str:
     return str(data.meta.get("baseline") or "baseline")
 
 
+def reference_variants(data: StudyData) -> set[str]:
+    """Variants that compute another function than the problem's (transpose's copy): kept
+    out of the headline. An alternative that computes the problem's outputs and more (the
+    problem's ``supersets``) is a ladder step like any other."""
+    sup = problem_attr(data, "supersets", frozenset())
+    return {
+        v["id"]
+        for v in data.meta.get("variants", [])
+        if v.get("computes") and v["computes"] not in sup
+    }
+
+
 def summary(data: StudyData) -> dict:
     """The headline numbers: best variant at the headline size, and the baseline there."""
     h = headline_rows(data)
-    refs = {v["id"] for v in data.meta.get("variants", []) if v.get("computes")}
+    refs = reference_variants(data)
     ok = h[(h["status"] == "ok") & h["pct_of_baseline"].notna() & ~h["variant"].isin(refs)]
     meas = data.measurements
     dates = pd.to_datetime(meas["measured_at"], utc=True)

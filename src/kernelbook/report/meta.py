@@ -60,7 +60,7 @@ def study_meta(study, root: str | Path) -> dict:
                 "claims": dict(v.claims),
                 "predict": dict(v.predict),
                 "expect": v.expect,
-                **({"computes": v.computes} if v.computes else {}),  # a reference kernel
+                **({"computes": v.computes} if v.computes else {}),  # reference kernel, or superset
                 "header": leading_comment(text),
                 "defines": v.defines if not v.is_tuned else {},
                 "requires": list(v.requires),
