@@ -1110,3 +1110,28 @@ def test_a_read_bound_study_names_its_streaming_read_where_others_name_the_copy(
     assert "% of a device copy** of the same bytes" in published
     assert report_data.copy_word(m) == "copy"
     assert report_data.copy_word(m.drop(columns="copy_kind")) == "copy"  # tables before it
+
+
+def test_a_throttled_row_says_what_the_throttle_did_to_each_side():
+    """A throttled row's note gives each timed function's SM clock over its own samples
+    (the published hgemm table: both sides throttle at 16384^3), median and minimum, from the
+    samples of the job that measured it, a tuned winner's re-timing included."""
+    from kernelbook.layout import DATA_TABLES, published_paths
+    from kernelbook.report import data as report_data
+    from kernelbook.report import sections
+
+    p = published_paths(REPO / "worklogs", "nvidia-h200", "hgemm")
+    d = report_data.load({k: p[k] for k in (*DATA_TABLES, "meta")}, mode="replay")
+    s = d.table("samples")
+    size = "16384x16384x16384"
+    for job in ("06_wgmma_tma", "10_best"):
+        mine = s[(s["job"] == job) & (s["size"] == size)]
+        said = sections.side_clocks(d, job, size)
+        for func, name in (("variant", job), ("baseline", "cuBLAS")):
+            c = mine.loc[mine["function"] == func, "sm_clock_mhz"]
+            assert len(c) > 3
+            assert f"{name} {sections.fmt(c.median())} ({sections.fmt(c.min())})" in said
+    assert sections.side_clocks(d, "10_best", "1x1x1") == ""
+    text = "\n".join(sections.attention(d))
+    line = next(ln for ln in text.splitlines() if f"06_wgmma_tma** at {size}" in ln)
+    assert "THROTTLED" in line and "cuBLAS " in line

@@ -183,6 +183,25 @@ def regenerate_commands(data: StudyData, worklogs: str = "worklogs") -> str:
 INSTRUMENTS_APART = 0.05
 
 
+def side_clocks(data: StudyData, job: str, size: str) -> str:
+    """What a throttle did to each side of a comparison: the SM clock of each timed function's
+    samples (the variant, its baseline, any other) in the job that measured ``job`` at
+    ``size``, median and minimum. Empty without a samples table or clocks."""
+    s = data.table("samples")
+    if s is None or "sm_clock_mhz" not in s:
+        return ""
+    s = s[(s["job"] == job) & (s["size"] == size)].dropna(subset=["sm_clock_mhz"])
+    if s.empty:
+        return ""
+    names = {"variant": job, "baseline": baseline_label(data)}
+    funcs = sorted(s["function"].unique(), key=lambda f: (f != "variant", f != "baseline", f))
+    parts = []
+    for f in funcs:
+        c = s.loc[s["function"] == f, "sm_clock_mhz"].astype(float)
+        parts.append(f"{esc(names.get(f, f))} {fmt(c.median())} ({fmt(c.min())})")
+    return "; each side's SM clock over its samples, median (min) MHz: " + ", ".join(parts)
+
+
 def instrument_notes(m) -> list[str]:
     """Where a row's two instruments differ by more than INSTRUMENTS_APART, one line saying
     both (kernel time is the headline; the events add the GPU's work around a launch); and
@@ -248,7 +267,7 @@ def attention(data: StudyData, stale: list[dict] | None = None) -> list[str]:
         out.append(
             f"**{r['variant']}** at {r['size']} was measured while THROTTLED "
             f"({esc(r['throttle_reasons']) or 'reason not recorded'}, SM clock min "
-            f"{fmt(r['sm_clock_min_mhz'])} MHz)."
+            f"{fmt(r['sm_clock_min_mhz'])} MHz){side_clocks(data, r['variant'], r['size'])}."
         )
     out += instrument_notes(m)
     unconv = m[(m["status"] == "ok") & m["converged"].map(lambda x: not isnull(x) and not x)]
