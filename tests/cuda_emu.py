@@ -48,6 +48,7 @@ template <class V> V __ldcs(const V* p) { return *p; }
 template <class V> void __stcs(V* p, V v) { *p = v; }
 inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
+inline float __int2float_rn(int i) { return (float)i; }
 // Run body() once per CUDA thread of every block: blocks one after another, a block's
 // threads as OS threads sharing its barrier and its warps' shuffle barriers.
 template <class F> void emu_launch(dim3 grid, dim3 block, F body) {

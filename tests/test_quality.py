@@ -90,9 +90,13 @@ def test_distribution_figure_is_drawn_or_says_why(meas, tmp_path):
 
 
 def test_stop_reasons_and_older_tables(meas):
-    assert quality.stop_reasons(meas).endswith("(converged 354)")
+    said = quality.stop_reasons(meas)
+    n, ok = len(meas), int(meas["converged"].astype(bool).sum())
+    assert said.startswith(f"{ok} of {n} converged (")
+    for reason, k in meas["stop_reason"].value_counts().items():
+        assert f"{reason} {k}" in said
     old = meas.drop(columns=["stop_reason"]).assign(converged=False)
-    assert quality.stop_reasons(old) == "0 of 354 converged"
+    assert quality.stop_reasons(old) == f"0 of {n} converged"
 
 
 def test_before_after_compares_the_same_cells(meas):

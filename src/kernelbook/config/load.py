@@ -139,6 +139,13 @@ def load_study(path: Path, settings: dict, root: Path) -> Study:
         )
     sanitize_tools = tuple(san_raw.get("tools", settings["sanitize"]["tools"]))
 
+    posed = [("sizes", s) for s in sizes] + [("profile.sizes", s) for s in profile_sizes]
+    posed += [("sanitize.size", sanitize_size)] if sanitize_size else []
+    for key, s in posed:
+        why = problem.size_error(s)
+        if why:
+            raise ConfigError(f"{shown}: {key}: {problem.label(s)}: {why}")
+
     variants, candidates, seen = [], [], set()
     for i, vraw in enumerate(raw["variants"]):
         where = f"{shown}: variants[{i}] ({vraw['id']})"

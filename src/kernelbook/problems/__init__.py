@@ -14,9 +14,10 @@ from kernelbook.problems.hgemm import Hgemm
 from kernelbook.problems.regimes import Regimes
 from kernelbook.problems.softmax import Softmax
 from kernelbook.problems.transpose import Transpose
+from kernelbook.problems.w4a16 import W4A16
 
 _REGISTRY: dict[str, Problem] = {
-    p.name: p for p in (Gemm(), Hgemm(), Transpose(), Softmax(), Regimes(), Attention())
+    p.name: p for p in (Gemm(), Hgemm(), Transpose(), Softmax(), Regimes(), Attention(), W4A16())
 }
 
 

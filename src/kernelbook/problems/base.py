@@ -168,7 +168,16 @@ class Problem:
             v < (0 if k in self.zero_sizes else 1) for k, v in sizes.items()
         ):
             raise ValueError(f"size '{text}' must give positive {', '.join(self.size_names)}")
-        return {n: sizes[n] for n in self.size_names}
+        sizes = {n: sizes[n] for n in self.size_names}
+        why = self.size_error(sizes)
+        if why:
+            raise ValueError(f"size '{text}': {why}")
+        return sizes
+
+    def size_error(self, sizes: dict[str, int]) -> str | None:
+        """Why the problem cannot be posed at ``sizes`` (a format's K must hold whole
+        quantization groups), or None. The config check and ``--size`` ask it."""
+        return None
 
     # ---- device side ---------------------------------------------------------------
     def kernel_arg_types(self, dtype: str) -> tuple[str, ...]:

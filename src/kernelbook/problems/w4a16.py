@@ -1,0 +1,203 @@
+"""W4A16: y = x · Wᵀ with W stored as 4-bit integers and a BF16 scale per group of 128.
+
+The decode step of a weight-only quantized LLM layer: x is the batch's activations in BF16
+(M x K), W (N x K) is held in 4 bits a weight and dequantized inside the kernel, y (M x N)
+is BF16. Reading W is nearly all the traffic, and it is 4x smaller than BF16's.
+
+Kernel ABI (every w4a16 variant's entry point):
+
+    extern "C" __global__ void entry(int M, int N, int K,
+                                     const __nv_bfloat16* __restrict__ x,
+                                     const unsigned* __restrict__ Wq,
+                                     const __nv_bfloat16* __restrict__ S,
+                                     __nv_bfloat16* __restrict__ y)
+
+Format (symmetric, zero point 8, the layout of GPTQ-style kernels without reordering):
+- ``Wq`` is N rows of K / 8 32-bit words, row-major; nibble j of word c of row n (bits
+  4j..4j+3, the lowest first) is q[n][8c + j], an unsigned 4-bit value;
+- ``S`` is N rows of K / 128 bf16 scales; group g of row n covers k in [128g, 128g + 128);
+- the weight is w[n][k] = (q[n][k] - 8) · S[n][k / 128], exactly (a 4-bit integer times an
+  8-bit mantissa fits FP32, and BF16 too where the scale's low bits allow).
+
+So K must be a multiple of 128 (whole groups, as every int4 GEMM library asks); M and N are
+free. A workspace variant gets its buffer appended after these seven arguments.
+
+Inputs: x and a float32 W are standard normals (seeded per size); W is quantized group by
+group as a real checkpoint is (scale = max |w| / 7 over the group, rounded to bf16; q =
+clip(round(w / scale) + 8, 0, 15)). The float64 reference is x · wᵀ over the dequantized
+weights the kernel reads, so the only error left is the kernel's: FP32 accumulation and y's
+rounding to bf16. Tolerance as hgemm's (1e-2 norm-wise, from the bf16 output rounding).
+y is poisoned with bf16 NaN before every launch.
+"""
+
+from __future__ import annotations
+
+from kernelbook.problems.base import (
+    GUARD_ELEMENTS,
+    Baseline,
+    Case,
+    CheckResult,
+    GuardedArray,
+    Problem,
+    size_seed,
+)
+from kernelbook.problems.softmax import BF16_NAN, bf16_bits, bf16_values, decoded_bf16
+
+GROUP = 128  # weights per scale, along K
+ZERO = 8  # q - ZERO is the signed weight
+TOLERANCE = 1e-2
+
+
+def quantize(xp, w):
+    """float32 W (N x K, K a multiple of GROUP) -> (Wq: N x K/8 uint32 words, S: N x K/GROUP
+    bf16 bits), symmetric per group: scale = max |w| / 7 rounded to bf16, q = round(w /
+    scale) + 8 clipped to [0, 15]. A group of zeros gets scale 1 (q = 8)."""
+    N, K = w.shape
+    if K % GROUP:
+        raise ValueError(f"K = {K} is not a multiple of the group size {GROUP}")
+    g = w.reshape(N, K // GROUP, GROUP).astype(xp.float32)
+    amax = xp.abs(g).max(axis=2)
+    scale = xp.where(amax > 0, amax / 7.0, 1.0).astype(xp.float32)
+    S = bf16_bits(xp, scale)
+    s = bf16_values(xp, S)[:, :, None]
+    q = xp.clip(xp.rint(g / s) + ZERO, 0, 15).astype(xp.uint32).reshape(N, K // 8, 8)
+    words = xp.zeros((N, K // 8), dtype=xp.uint32)
+    for j in range(8):
+        words |= q[:, :, j] << xp.uint32(4 * j)
+    return words, S
+
+
+def dequantized(xp, Wq, S):
+    """The float64 weights (N x K) that Wq and S hold: (q - 8) * scale."""
+    N, words = Wq.shape
+    K = words * 8
+    shifts = (xp.arange(8, dtype=xp.uint32) * 4)[None, None, :]
+    q = ((Wq[:, :, None] >> shifts) & xp.uint32(15)).reshape(N, K).astype(xp.float64)
+    s = bf16_values(xp, S).astype(xp.float64)
+    return (q - ZERO).reshape(N, K // GROUP, GROUP) * s[:, :, None]
+
+
+class W4A16(Problem):
+    name = "w4a16"
+    size_names = ("M", "N", "K")
+    dtypes = ("bfloat16",)
+    baselines = {
+        "dequant_matmul": "torch: W dequantized to bf16 every call, then cuBLAS BF16 "
+        "torch.matmul(x, W.t(), out=y)",
+        "cublas_bf16": "cuBLAS BF16 torch.matmul(x, W.t(), out=y) on the same weights held "
+        "in bf16 (dequantized once, before timing): what the 4-bit format saves",
+    }
+    default_params = {}
+    figure_of_merit = "gbps"
+    peak = "bf16_tensor"
+
+    def size_error(self, s):
+        if s["K"] % GROUP:
+            return f"K = {s['K']} is not a multiple of the quantization group ({GROUP})"
+        return None
+
+    # ---- cost model ------------------------------------------------------------------
+    def flops(self, s):
+        return 2.0 * s["M"] * s["N"] * s["K"]
+
+    def min_bytes(self, s, dtype):
+        # x read once, W's nibbles and scales read once, y written once
+        M, N, K = s["M"], s["N"], s["K"]
+        return float(2 * M * K + N * K // 2 + 2 * N * (K // GROUP) + 2 * M * N)
+
+    def tolerance(self, s, dtype):
+        return TOLERANCE
+
+    def kernel_arg_types(self, dtype: str) -> tuple[str, ...]:
+        return ("i32", "i32", "i32", "*bf16", "*u32", "*bf16", "*bf16")
+
+    # ---- device side -----------------------------------------------------------------
+    def setup(
+        self, sizes, dtype, params, seed, guard=GUARD_ELEMENTS, reference=True, computes=None
+    ) -> Case:
+        import cupy as cp
+        import numpy as np
+
+        if computes is not None:
+            raise KeyError(f"w4a16 has no alternative '{computes}'")
+        if dtype != "bfloat16":
+            raise KeyError(f"w4a16 has no dtype '{dtype}'")
+        why = self.size_error(sizes)
+        if why:
+            raise ValueError(f"w4a16 at {self.label(sizes)}: {why}")
+        M, N, K = sizes["M"], sizes["N"], sizes["K"]
+        rng = cp.random.Generator(cp.random.XORWOW(size_seed(seed, sizes)))
+        x = bf16_bits(cp, rng.standard_normal((M, K), dtype=cp.float32))
+        Wq, S = quantize(cp, rng.standard_normal((N, K), dtype=cp.float32))
+        y = GuardedArray(cp, M * N, cp.uint16, guard)
+        ref = {}
+        if reference:
+            w = dequantized(cp, Wq, S).reshape(N, K)
+            ref = {"y": (bf16_values(cp, x).astype(cp.float64) @ w.T).ravel()}
+            del w
+        case = Case(
+            sizes=dict(sizes),
+            dtype=dtype,
+            seed=seed,
+            inputs={"x": x, "Wq": Wq, "S": S},
+            outputs={"y": y},
+            initial={"y": cp.asarray(BF16_NAN, dtype=cp.uint16)},
+            reference=ref,
+            args=(np.int32(M), np.int32(N), np.int32(K), x, Wq, S, y.view),
+        )
+        case.input_copies = {"x": x.copy(), "Wq": Wq.copy(), "S": S.copy()}
+        case.reset()
+        return case
+
+    def check(self, case: Case, tol: float, where: str) -> CheckResult:
+        return super().check(decoded_bf16(case), tol, where)
+
+    def baseline(self, case: Case, name: str, params) -> Baseline:
+        import cupy as cp
+        import torch
+
+        if name not in self.baselines:
+            raise KeyError(f"w4a16 has no baseline '{name}'")
+        M, N, K = case.sizes["M"], case.sizes["N"], case.sizes["K"]
+        x = torch.as_tensor(case.inputs["x"].view(cp.int16), device="cuda")
+        x = x.view(torch.bfloat16).view(M, K)
+        Wq = torch.as_tensor(case.inputs["Wq"].view(cp.int32), device="cuda")  # N x K/8
+        S = torch.as_tensor(case.inputs["S"].view(cp.int16), device="cuda")
+        S = S.view(torch.bfloat16).view(N, K // GROUP, 1)
+        shifts = torch.arange(0, 32, 4, dtype=torch.int32, device="cuda")
+        y = torch.empty((M, N), dtype=torch.bfloat16, device="cuda")
+
+        def dequant():
+            q = (Wq.unsqueeze(-1) >> shifts) & 15  # N x K/8 x 8, nibble j of word c
+            return ((q.view(N, K // GROUP, GROUP) - ZERO).to(torch.bfloat16) * S).view(N, K)
+
+        if name == "dequant_matmul":
+
+            def run():
+                torch.matmul(x, dequant().t(), out=y)
+
+        else:
+            wt = dequant().t()
+
+            def run():
+                torch.matmul(x, wt, out=y)
+
+        y.fill_(float("nan"))
+        run()
+        torch.cuda.synchronize()
+        got = bf16_values(cp, cp.asarray(y.view(torch.int16)).view(cp.uint16))
+        got = got.ravel().astype(cp.float64)
+        ref = case.reference["y"]
+        rel = float(cp.linalg.norm(got - ref) / cp.linalg.norm(ref))
+        if not bool(cp.isfinite(got).all()):
+            rel = float("inf")
+        how = (
+            "unpack (shift, mask), (q - 8) to bf16 times the group's scale, every call, then"
+            if name == "dequant_matmul"
+            else "W dequantized to bf16 once, before timing; cuBLAS"
+        )
+        mode = (
+            f"torch {torch.__version__}: {how} matmul(x, W.t(), out=y), bf16 in/out, "
+            "fp32 accumulate"
+        )
+        return Baseline(name=name, mode=mode, run=run, rel_err=rel)

@@ -1,0 +1,327 @@
+"""The w4a16 study (y = x·Wᵀ with 4-bit weights and a bf16 scale per group of 128): the
+problem's format, quantizer and cost model, the config's size rule, the kernels through the
+real nvcc for sm_90 (no spills; the integer-to-float conversion where a step has it and not
+where it does not), and every kernel run on the CPU emulator (tests/cuda_emu.py) at shapes
+that reach each path (rows past N, M past a batch tile, one group and many), checked by the
+problem's own check against its float64 reference. The GPU tests at the end (marked gpu) run
+every variant and both baselines through the bench command at small and odd shapes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+from conftest import REPO
+from cuda_emu import BF16, EMU
+
+from kernelbook import config as cfg
+from kernelbook import gpu, problems
+from kernelbook.build import nvcc as build
+from kernelbook.config import ConfigError
+from kernelbook.problems import w4a16
+from kernelbook.problems.base import Case, GuardedArray, NonFinite, WrongResult
+from kernelbook.problems.softmax import BF16_NAN, bf16_bits, bf16_values
+
+ARCH = "sm_90"
+FLAGS = ["-O3", "-lineinfo"]
+PROJECT = cfg.load_project_file(REPO / "config" / "config.yaml", overrides={"studies": ["w4a16"]})
+STUDY = PROJECT.study("w4a16")
+W4 = problems.get("w4a16")
+# what nvcc builds: the plain steps and every candidate of the tuned one
+BUILT = [v for v in STUDY.variants if not v.is_tuned] + list(STUDY.candidates)
+EMU_KERNELS = BUILT
+
+
+# ------------------------------------------------------------------------------------------
+# the format, the quantizer, the cost model
+
+
+def test_nibble_order_and_zero_point():
+    """Nibble j of word c is weight 8c + j, lowest bits first; w = (q - 8) * scale."""
+    q = np.array([[0, 1, 2, 3, 4, 5, 6, 7, 15, 14, 13, 12, 11, 10, 9, 8] * 8], dtype=np.uint32)
+    words = np.zeros((1, 16), dtype=np.uint32)
+    for j in range(8):
+        words |= q.reshape(1, 16, 8)[:, :, j] << np.uint32(4 * j)
+    assert words[0, 0] == 0x76543210 and words[0, 1] == 0x89ABCDEF
+    S = bf16_bits(np, np.array([[0.5]], dtype=np.float32))
+    w = w4a16.dequantized(np, words, S).reshape(-1)
+    assert list(w[:16]) == [(int(v) - 8) * 0.5 for v in q[0, :16]]
+
+
+def test_quantizer_keeps_each_weight_within_half_a_step():
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((7, 384)).astype(np.float32)
+    w[2, 128:256] = 0.0  # a group of zeros: scale 1, every q = 8
+    Wq, S = w4a16.quantize(np, w)
+    assert Wq.shape == (7, 48) and Wq.dtype == np.uint32 and S.shape == (7, 3)
+    s = bf16_values(np, S).astype(np.float64)
+    deq = w4a16.dequantized(np, Wq, S).reshape(7, 384)
+    err = np.abs(deq - w).reshape(7, 3, 128).max(axis=2)
+    assert (err <= s * 0.5 * (1 + 2**-7) + 1e-7).all()  # bf16 scale rounding: a hair over
+    assert s[2, 1] == 1.0 and (deq[2, 128:256] == 0).all()
+    # the extremes of each group use the range: one nibble at 1 or 15 a group (|w| = 7 s)
+    q = ((Wq[:, :, None] >> (np.arange(8, dtype=np.uint32) * 4)) & 15).reshape(7, 3, 128)
+    assert ((q == 15) | (q == 1)).any(axis=2)[np.arange(7) != 2].all()
+    with pytest.raises(ValueError, match="not a multiple of the group size 128"):
+        w4a16.quantize(np, w[:, :200])
+
+
+def test_cost_model_counts_the_nibbles_and_scales():
+    s = {"M": 1, "N": 28672, "K": 4096}
+    assert W4.min_bytes(s, "bfloat16") == 2 * 4096 + 28672 * 2048 + 2 * 28672 * 32 + 2 * 28672
+    assert W4.flops(s) == 2 * 28672 * 4096
+    assert W4.tolerance(s, "bfloat16") == pytest.approx(1e-2)
+    assert W4.parse_size("1x28672x4096") == s
+
+
+def test_k_off_the_group_is_refused_by_name(tmp_path):
+    with pytest.raises(ValueError, match=r"size '1x64x1000': K = 1000 is not a multiple"):
+        W4.parse_size("1x64x1000")
+    raw = (REPO / "config" / "studies" / "w4a16.yaml").read_text()
+    bad = raw.replace("size: {M: 5, N: 37, K: 1152}", "size: {M: 5, N: 37, K: 1150}")
+    assert bad != raw
+    root = tmp_path / "proj"
+    shutil.copytree(REPO / "config", root / "config")
+    (root / "config" / "studies" / "w4a16.yaml").write_text(bad)
+    with pytest.raises(ConfigError, match=r"w4a16.*sanitize.size: 5x37x1150: K = 1150"):
+        cfg.load_project_file(root / "config" / "config.yaml", overrides={"studies": ["w4a16"]})
+
+
+def test_study_loads_with_both_baselines_and_the_read_roof():
+    assert len(STUDY.sizes) == 30 and all(s["K"] % 128 == 0 for s in STUDY.sizes)
+    assert STUDY.baseline == "dequant_matmul" and STUDY.extra_baselines == ("cublas_bf16",)
+    assert STUDY.figure_of_merit == "gbps" and STUDY.bandwidth_reference == "read"
+    assert STUDY.headline == {"M": 1, "N": 28672, "K": 4096}
+    assert [c.tune_point for c in STUDY.candidates] == [
+        {"ROWS": r, "WARPS": w} for r in (2, 4) for w in (4, 8)
+    ]
+
+
+@pytest.mark.parametrize("v", BUILT, ids=lambda v: v.id)
+def test_launch_geometry_covers_every_row(v):
+    rows = v.defines["WARPS"] * v.defines["ROWS"]
+    for s in STUDY.sizes:
+        (L,) = v.launches(s, sm_count=cfg.NOMINAL_SM_COUNT)
+        assert L.block == (32 * v.defines["WARPS"], 1, 1) and L.smem == 0
+        assert L.grid[0] * rows >= s["N"] > (L.grid[0] - 1) * rows and L.grid[1] == 1
+
+
+# ------------------------------------------------------------------------------------------
+# nvcc
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not on PATH")
+    out = tmp_path_factory.mktemp("w4-cubins")
+
+    def one(v):
+        return v.id, build.compile_variant(v, ARCH, FLAGS, REPO, out / v.id / "kernel.cubin")
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(pool.map(one, BUILT))
+
+
+@pytest.mark.parametrize("v", BUILT, ids=lambda v: v.id)
+def test_kernels_compile_without_spills_and_convert_as_they_say(built, v):
+    res = built[v.id]
+    r = res.resources
+    assert r.function == v.entry
+    assert r.spill_store_bytes == 0 and r.spill_load_bytes == 0 and r.stack_bytes == 0, res.log
+    ops = set(res.sass)
+    assert "LDG.E.EF.128" in ops, sorted(ops)  # W streamed: 16-byte ld.global.cs
+    assert "SHFL.BFLY" in ops
+    converts = {op for op in ops if op.startswith("I2F")}
+    if v.entry == "w4_magic_dequant":
+        assert not converts, sorted(converts)  # the mantissa trick: no conversion left
+    else:
+        assert converts, sorted(ops)
+    assert 0 < r.registers <= 65536 // (16 * 32)  # __launch_bounds__: 16 warps an SM
+
+
+# ------------------------------------------------------------------------------------------
+# the CPU emulator: every kernel on guarded buffers, checked by the problem's check
+
+DRIVER = r"""
+#include "emu.h"
+#include KFILE
+// argv: M N K x.bin Wq.bin S.bin y.bin guard_bytes grid.x block.x
+int main(int argc, char** argv) {
+  const int M = atoi(argv[1]), N = atoi(argv[2]), K = atoi(argv[3]);
+  const size_t guard = atol(argv[8]);
+  auto slurp = [](const char* path, size_t* n) {
+    std::ifstream f(path, std::ios::binary | std::ios::ate);
+    *n = f.tellg();
+    char* p = (char*)aligned_alloc(256, (*n / 256 + 1) * 256);
+    f.seekg(0);
+    f.read(p, *n);
+    return p;
+  };
+  size_t nx, nw, ns, ny;
+  const __nv_bfloat16* x = (const __nv_bfloat16*)slurp(argv[4], &nx);
+  const unsigned* Wq = (const unsigned*)slurp(argv[5], &nw);
+  const __nv_bfloat16* S = (const __nv_bfloat16*)slurp(argv[6], &ns);
+  char* y = slurp(argv[7], &ny);
+  __nv_bfloat16* out = (__nv_bfloat16*)(y + guard);
+  const dim3 grid{(unsigned)atoi(argv[9]), 1, 1}, block{(unsigned)atoi(argv[10]), 1, 1};
+  emu_launch(grid, block, [=] { KERNEL(M, N, K, x, Wq, S, out); });
+  std::ofstream(argv[7], std::ios::binary).write(y, ny);
+  return 0;
+}
+"""
+
+# (M, N, K): one group and many; N not a multiple of a block's rows (rows past N); M at
+# every batch tile (1, 2, 4, 8) and past the largest (5, 16, 33: chunks of the tile)
+EMULATED = [(1, 37, 128), (2, 70, 256), (3, 9, 1152), (5, 33, 512), (8, 16, 384), (16, 5, 128)]
+EMULATED += [(33, 3, 128)]
+GUARD = 64
+
+
+@pytest.fixture(scope="module")
+def emu_dir(tmp_path_factory):
+    if shutil.which("g++") is None:
+        pytest.skip("g++ not on PATH")
+    d = tmp_path_factory.mktemp("w4-emu")
+    (d / "emu.h").write_text(EMU)
+    (d / "cuda_bf16.h").write_text(BF16)
+    (d / "driver.cpp").write_text(DRIVER)
+    return d
+
+
+@pytest.fixture
+def numpy_as_cupy(monkeypatch):
+    """Problem.check imports cupy inside; let it find NumPy, whose API it uses."""
+    monkeypatch.setitem(sys.modules, "cupy", np)
+    return np
+
+
+def _emu_exe(emu_dir, v):
+    exe = emu_dir / v.id
+    if exe.exists():
+        return exe
+    cmd = ["g++", "-std=c++20", "-O1", "-pthread", "-w", f"-I{emu_dir}"]
+    cmd += [f'-DKFILE="{REPO / v.source}"', f"-DKERNEL={v.entry}"]
+    cmd += [f"-D{k}={x}" for k, x in v.defines.items()]
+    proc = subprocess.run(
+        [*cmd, str(emu_dir / "driver.cpp"), "-o", str(exe)], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return exe
+
+
+def _case(sizes) -> Case:
+    """The problem's inputs at ``sizes`` made with NumPy through its own quantizer, and its
+    float64 reference (what setup builds with CuPy on a GPU)."""
+    M, N, K = sizes["M"], sizes["N"], sizes["K"]
+    rng = np.random.default_rng(M * 7919 + N * 31 + K)
+    x = bf16_bits(np, rng.standard_normal((M, K)).astype(np.float32))
+    Wq, S = w4a16.quantize(np, rng.standard_normal((N, K)).astype(np.float32))
+    y = GuardedArray(np, M * N, np.uint16, GUARD)
+    y.view[:] = BF16_NAN
+    w = w4a16.dequantized(np, Wq, S).reshape(N, K)
+    ref = bf16_values(np, x).astype(np.float64) @ w.T
+    return Case(
+        sizes=dict(sizes),
+        dtype="bfloat16",
+        seed=0,
+        inputs={"x": x, "Wq": Wq, "S": S},
+        outputs={"y": y},
+        initial={"y": BF16_NAN},
+        reference={"y": ref.ravel()},
+        args=(),
+        input_copies={"x": x.copy(), "Wq": Wq.copy(), "S": S.copy()},
+    )
+
+
+def _emulate(emu_dir, v, sizes, grid=None, case=None):
+    exe = _emu_exe(emu_dir, v)
+    case = case or _case(sizes)
+    y = case.outputs["y"]
+    files = {n: emu_dir / f"{v.id}-{n}.bin" for n in ("x", "Wq", "S", "y")}
+    for n in ("x", "Wq", "S"):
+        files[n].write_bytes(case.inputs[n].tobytes())
+    files["y"].write_bytes(y.full.tobytes())
+    (L,) = v.launches(sizes, sm_count=cfg.NOMINAL_SM_COUNT)
+    args = [sizes["M"], sizes["N"], sizes["K"], *files.values(), GUARD * 2]
+    args += [grid or L.grid[0], L.block[0]]
+    proc = subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    y.full[:] = np.frombuffer(files["y"].read_bytes(), dtype=np.uint16)
+    return case
+
+
+@pytest.mark.parametrize("v", EMU_KERNELS, ids=lambda v: v.id)
+def test_kernels_run_correctly_on_the_cpu_emulator(emu_dir, numpy_as_cupy, v):
+    tol = W4.tolerance({}, "bfloat16")
+    for M, N, K in EMULATED:
+        sizes = {"M": M, "N": N, "K": K}
+        case = _emulate(emu_dir, v, sizes)
+        result = W4.check(case, tol, f"w4a16/{v.id} at {M}x{N}x{K} (emulated)")
+        # what is left is y's rounding to bf16 and FP32 sums (the weights are exact)
+        assert result.rel_err < 4e-3, (v.id, sizes, result)
+
+
+def test_the_emulated_check_fails_kernels_that_skip_rows_or_misread_nibbles(emu_dir, numpy_as_cupy):
+    """01 on half its grid leaves rows of y at the NaN poison; 01 given weights whose nibbles
+    are in the other order within each word (a kernel reading them high-first sees this)
+    computes a different product: the check catches both (so the test above can fail)."""
+    v = STUDY.variant("01_i2f_warp_per_row")
+    sizes = {"M": 2, "N": 64, "K": 256}
+    (L,) = v.launches(sizes)
+    case = _emulate(emu_dir, v, sizes, grid=L.grid[0] // 2)
+    with pytest.raises(NonFinite, match="01_i2f_warp_per_row at 2x64x256"):
+        W4.check(case, 1e-2, "w4a16/01_i2f_warp_per_row at 2x64x256 (emulated)")
+    case = _case(sizes)
+    words = case.inputs["Wq"]
+    swapped = np.zeros_like(words)
+    for j in range(8):
+        swapped |= ((words >> np.uint32(4 * j)) & np.uint32(15)) << np.uint32(4 * (7 - j))
+    case.inputs["Wq"] = swapped
+    case.input_copies["Wq"] = swapped.copy()
+    case = _emulate(emu_dir, v, sizes, case=case)
+    with pytest.raises(WrongResult, match="relative error"):
+        W4.check(case, 1e-2, "w4a16/01_i2f_warp_per_row at 2x64x256 (emulated)")
+
+
+# ------------------------------------------------------------------------------------------
+# on a GPU (marked gpu; skipped, visibly, where NVML finds none)
+
+INFO, WHY = gpu.detect()
+FAST = {"studies": ["w4a16"], "timing": {"min_time_s": 0.02, "max_time_s": 1}}
+# small; odd N (rows past N), M past the batch tile; K of one group and of 113; the headline
+GPU_SIZES = ["4x256x512", "3x1001x1152", "33x4096x14464", "1x28672x4096"]
+GPU_JOBS = ["01_i2f_warp_per_row", "02_i2f_rows_per_warp", STUDY.candidates[-1].id]
+
+
+def _bench(tmp_path, variant, *sizes):
+    import pandas as pd
+
+    out = tmp_path / f"{variant}.parquet"
+    args = ["bench", "w4a16", variant, "--out", str(out)]
+    for s in sizes:
+        args += ["--size", s]
+    cmd = [sys.executable, "-m", "kernelbook", "--settings", json.dumps(FAST), *args]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise AssertionError(f"kernelbook {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
+    return pd.read_parquet(out)
+
+
+@pytest.mark.parametrize("vid", GPU_JOBS)
+@pytest.mark.gpu
+@pytest.mark.skipif(INFO is None, reason=f"no GPU here: {WHY}")
+def test_every_variant_and_both_baselines_correct_on_the_gpu(tmp_path, vid):
+    df = _bench(tmp_path, vid, *GPU_SIZES)
+    assert len(df) == len(GPU_SIZES)
+    for _, row in df.iterrows():
+        assert row["status"] == "ok", row[["size", "status", "reason"]].to_dict()
+        assert row["correct"] and row["rel_err"] < row["tolerance"], row["rel_err"]
+        assert row["baseline_rel_err"] < row["tolerance"]
+        extra = json.loads(row["extra_baselines"])["cublas_bf16"]
+        assert extra["rel_err"] < row["tolerance"] and extra["median_ms"] > 0
