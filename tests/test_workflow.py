@@ -578,3 +578,53 @@ def test_cli_compile_error(repo_copy, tmp_path):
     assert "this is not C++" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_a_run_resumes_on_a_fresh_checkout_from_its_snapshot(clone_built, tmp_path, nogpu_args):
+    """tools/snapshot.sh of a run cut short (a compile job and its study's gathers not made),
+    restored by tools/restore-snapshot.py into a fresh checkout (every file newer than the
+    snapshot): Snakemake then plans only the missing job and what gathers it, and a kernel
+    edited since also its own. A snapshot without Snakemake's records is refused by name,
+    restoring nothing; one of another commit is restored with a note."""
+    env = {**os.environ, "KERNELBOOK_GIT_COMMIT": "c0ffee"}
+    shutil.copytree(REPO / "tools", clone_built / "tools")
+    # cut short: one compile job's outputs, and the tables that gather the study's, not made
+    build = clone_built / "results" / "build" / "sgemm"
+    shutil.rmtree(build / "02_coalescing")
+    for table in ("build.parquet", "sass.parquet"):
+        (build / table).unlink()
+    snap = tmp_path / "snap"
+    proc = subprocess.run(
+        ["bash", str(clone_built / "tools" / "snapshot.sh"), str(snap)],
+        env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    names = {p.name for p in snap.iterdir()}
+    assert names == {"results.tgz", "build.tgz", "state.tgz", "snapshot.json"}, names
+    fresh = tmp_path / "fresh"
+    shutil.copytree(
+        clone_built, fresh, symlinks=True, ignore=shutil.ignore_patterns("results", ".snakemake")
+    )
+    now = time.time()
+    for p in fresh.rglob("*"):
+        if p.is_file() and not p.is_symlink():
+            os.utime(p, (now, now))
+    restore = [sys.executable, str(fresh / "tools" / "restore-snapshot.py")]
+    partial = tmp_path / "partial"
+    shutil.copytree(snap, partial, ignore=shutil.ignore_patterns("state.tgz"))
+    refused = subprocess.run([*restore, str(partial)], env=env, capture_output=True, text=True)
+    assert refused.returncode == 1 and "no state.tgz" in refused.stderr, refused.stderr
+    assert not (fresh / "results" / "build").exists()
+    other = {**env, "KERNELBOOK_GIT_COMMIT": "beef"}
+    proc = subprocess.run([*restore, str(snap)], env=other, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "made at commit c0ffee, this checkout is beef" in proc.stdout, proc.stdout
+    proc = snakemake(fresh, "-n", "all", *nogpu_args)
+    assert proc.returncode == 0, output(proc)
+    jobs = planned_jobs(output(proc))
+    assert compiled_variants(jobs) == ["02_coalescing"], output(proc)[-3000:]
+    assert {rule for rule, _ in jobs} <= {"compile", *GATHERS}, jobs
+    src = fresh / "kernels" / "sgemm" / "01_naive.cu"
+    edit(src, src.read_text() + "\n// edited after the snapshot\n")
+    jobs = planned_jobs(output(snakemake(fresh, "-n", "all", *nogpu_args)))
+    assert compiled_variants(jobs) == ["01_naive", "02_coalescing"], jobs

@@ -11,8 +11,9 @@
 #
 # State lives in $KERNELBOOK_DETACHED_DIR (default /tmp/kernelbook-detached): the workload's
 # output (workload.log), its exit status (workload.rc) once it ends, and its start time.
-# Snapshots leave out .ncu-rep reports and cubins (large, rebuilt from the tables' hashes), and
-# the per-job samples (each study's samples.parquet gathers them).
+# Each call leaves a snapshot in OUT_DIR (tools/snapshot.sh: the tables, cubins and
+# Snakemake's state, less the Nsight Compute reports) and the workload's state
+# (detached.tgz); tools/restore-snapshot.py resumes a run from one on another machine.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ $# -lt 3 ]; then
@@ -37,7 +38,6 @@ else
   echo "still running (started $(cat "$st/started")); call again to go on watching"
 fi
 tail -n 40 "$st/workload.log" | cut -c1-300
-tar czf "$out/results.tgz" --exclude='*.ncu-rep' --exclude='*.cubin' \
-  --exclude='*/samples/bench' --exclude='*/samples/sweep' results 2>/dev/null
-tar czf "$out/state.tgz" -C "$(dirname "$st")" "$(basename "$st")" 2>/dev/null
+tools/snapshot.sh "$out" || echo "snapshot failed: $out holds what it could write"
+tar czf "$out/detached.tgz" -C "$(dirname "$st")" "$(basename "$st")" 2>/dev/null
 ls -l "$out"

@@ -15,10 +15,10 @@ from kernelbook.problems.regimes import Regimes
 from kernelbook.problems.softmax import Softmax
 from kernelbook.problems.transpose import Transpose
 from kernelbook.problems.w4a16 import W4A16
+from kernelbook.problems.w8a8 import W8A8
 
-_REGISTRY: dict[str, Problem] = {
-    p.name: p for p in (Gemm(), Hgemm(), Transpose(), Softmax(), Regimes(), Attention(), W4A16())
-}
+_PROBLEMS = (Gemm(), Hgemm(), Transpose(), Softmax(), Regimes(), Attention(), W4A16(), W8A8())
+_REGISTRY: dict[str, Problem] = {p.name: p for p in _PROBLEMS}
 
 
 def get(name: str) -> Problem:

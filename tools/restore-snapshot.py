@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Resume a GPU run on another machine from a snapshot (tools/snapshot.sh) of a run cut
+short: the tables, cubins and Snakemake state come back into this checkout, and the next
+`snakemake ... tables` runs only what the snapshot lacks (missing outputs, and the jobs
+Snakemake marked incomplete), re-measuring nothing it holds.
+
+    tools/restore-snapshot.py SNAPSHOT_DIR
+
+Snakemake decides what to rerun from its own records (.snakemake/metadata, in the snapshot):
+a fresh checkout's files are all newer than the snapshot, and Snakemake 9 then compares
+their checksums with the recorded ones, so only a job whose inputs really changed (a kernel
+edited since the snapshot was made, say) runs again. So a snapshot without Snakemake's
+records is refused, and one made at another commit is restored with a note.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PARTS = ("results.tgz", "build.tgz", "state.tgz")
+
+
+def fail(msg: str) -> None:
+    print(f"restore-snapshot: {msg}", file=sys.stderr)
+    raise SystemExit(1)
+
+
+def current_commit() -> str:
+    env = os.environ.get("KERNELBOOK_GIT_COMMIT")
+    if env:
+        return env
+    proc = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    return proc.stdout.strip() if proc.returncode == 0 else "unknown"
+
+
+def restore(snapshot: Path, root: Path = ROOT) -> dict:
+    meta_path = snapshot / "snapshot.json"
+    if not meta_path.is_file():
+        fail(f"{meta_path}: no snapshot.json (not a tools/snapshot.sh folder)")
+    try:
+        meta = json.loads(meta_path.read_text())
+        made_at = meta["commit"]
+    except (ValueError, KeyError) as e:
+        fail(f"{meta_path}: unreadable ({e})")
+    here = current_commit()
+    note = ""
+    if made_at != here:
+        note = (
+            f"made at commit {made_at}, this checkout is {here}: jobs whose inputs changed "
+            "since will run again"
+        )
+    if not (snapshot / "state.tgz").is_file():
+        fail(
+            f"{snapshot}: no state.tgz (Snakemake's records of its outputs): without them "
+            "every job would run again; nothing restored"
+        )
+    parts = [snapshot / p for p in PARTS if (snapshot / p).is_file()]
+    if not any(p.name == "results.tgz" for p in parts):
+        fail(f"{snapshot}: no results.tgz")
+    restored: list[float] = []
+    for part in parts:
+        try:
+            with tarfile.open(part) as tar:
+                members = tar.getmembers()
+                for m in members:
+                    top = Path(m.name).parts[0] if Path(m.name).parts else ""
+                    if m.name.startswith("/") or ".." in Path(m.name).parts:
+                        fail(f"{part}: unsafe path {m.name}")
+                    if top not in ("results", ".snakemake"):
+                        fail(f"{part}: {m.name} is outside results/ and .snakemake/")
+                tar.extractall(root, filter="tar")
+                restored += [m.mtime for m in members if m.isfile()]
+        except tarfile.TarError as e:
+            fail(f"{part}: not a readable tar.gz ({e})")
+    if not restored:
+        fail(f"{snapshot}: the snapshot holds no files")
+    return {"files": len(restored), "commit": made_at, "note": note}
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print(__doc__.strip().splitlines()[0], file=sys.stderr)
+        print("usage: tools/restore-snapshot.py SNAPSHOT_DIR", file=sys.stderr)
+        return 2
+    snap = Path(argv[0])
+    if not snap.is_dir():
+        fail(f"{snap}: no such folder")
+    out = restore(snap)
+    print(f"restore-snapshot: {out['files']} file(s) from {snap} (commit {out['commit']})")
+    if out["note"]:
+        print(f"restore-snapshot: {out['note']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
