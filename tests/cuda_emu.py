@@ -28,6 +28,10 @@ inline dim3 blockIdx, blockDim;
 inline dim3 gridDim;  // set by emu_launch
 struct float4 { float x, y, z, w; };
 struct uint4 { unsigned x, y, z, w; };
+struct uint2 { unsigned x, y; };
+inline uint2 make_uint2(unsigned a, unsigned b) { return {a, b}; }
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
 inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
 inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return {a, b, c, d}; }
 inline std::barrier<>* emu_block;
@@ -49,15 +53,16 @@ template <class V> void __stcs(V* p, V v) { *p = v; }
 inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
 inline float __int2float_rn(int i) { return (float)i; }
-// Run body() once per CUDA thread of every block: blocks one after another, a block's
+// Run body() once per CUDA thread of every block (a 3-D grid): blocks one after another, a block's
 // threads as OS threads sharing its barrier and its warps' shuffle barriers.
 template <class F> void emu_launch(dim3 grid, dim3 block, F body) {
   blockDim = block;
   gridDim = grid;
   const int nt = block.x * block.y;
+  for (unsigned bz = 0; bz < grid.z; ++bz)
   for (unsigned by = 0; by < grid.y; ++by)
     for (unsigned bx = 0; bx < grid.x; ++bx) {
-      blockIdx = {bx, by, 0};
+      blockIdx = {bx, by, bz};
       std::barrier<> bar(nt);
       emu_block = &bar;
       emu_warps.clear();

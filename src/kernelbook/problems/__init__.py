@@ -11,13 +11,17 @@ from kernelbook.problems.attention import Attention
 from kernelbook.problems.base import Problem
 from kernelbook.problems.gemm import Gemm
 from kernelbook.problems.hgemm import Hgemm
+from kernelbook.problems.paged_decode import PagedDecode
 from kernelbook.problems.regimes import Regimes
 from kernelbook.problems.softmax import Softmax
 from kernelbook.problems.transpose import Transpose
 from kernelbook.problems.w4a16 import W4A16
 from kernelbook.problems.w8a8 import W8A8
 
-_PROBLEMS = (Gemm(), Hgemm(), Transpose(), Softmax(), Regimes(), Attention(), W4A16(), W8A8())
+_PROBLEMS = (
+    *(Gemm(), Hgemm(), Transpose(), Softmax(), Regimes(), Attention()),
+    *(W4A16(), W8A8(), PagedDecode()),
+)
 _REGISTRY: dict[str, Problem] = {p.name: p for p in _PROBLEMS}
 
 

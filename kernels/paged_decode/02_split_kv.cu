@@ -1,0 +1,83 @@
+// 02_split_kv: 01 with each sequence's tokens split over S blocks (flash-decoding), two tokens
+// a warp in flight, and a second kernel that merges the S partial results.
+//
+// Changed from 01: the grid gains a third dimension of S splits; block z of (sequence b, KV
+// head) takes tokens [z * chunk, (z + 1) * chunk) of b (chunk = L / S rounded up to whole
+// pages; a block past b's length contributes an empty result), each warp loads UNROLL = 2
+// tokens before using either, and the block's merged (m, l, acc) per query head goes to the
+// workspace unnormalized. A combine kernel (a block per (sequence, query head), a thread per
+// dim) merges the S results by their maxima and writes o = acc / l. S is picked from the grid
+// expression: enough blocks for ~2 a SM at any batch (S = 32 at batch 1, 1 at batch 64), never
+// past MAX_SPLIT or chunks under 512 tokens.
+// Hypothesis: 01 at batch 1 ran 8 blocks; S = 32 runs 256 and each has twice the bytes in
+// flight a warp, so the read ceiling is reachable at small batch too. Expect >= 60 % of it at
+// batch 1 and KV 64k, and at batch 64 / KV 16k 01's speed times the in-flight gain (~1.5x).
+// What ncu should show: sm__warps_active high at batch 1; dram__throughput rising with S;
+// the combine kernel a few us at most.
+//
+// Sizes: any B, L. Launch: grid (8, B, S), block 128; then the combine, grid (B * 32),
+// block 128. Workspace: 256 bytes (S) + MAX_SPLIT * B * 32 records of D + 2 floats.
+#ifndef UNROLL
+#define UNROLL 2
+#endif
+#include "paged.cuh"
+
+#ifndef MAX_SPLIT
+#define MAX_SPLIT 32
+#endif
+#define REC (D + 2)  // a partial result: m, l, acc[D]
+
+__device__ __forceinline__ float* record(float* ws, int b, int h, int z)
+{
+  return ws + 64 + ((size_t)(b * HQ + h) * MAX_SPLIT + z) * REC;  // 64 floats: the header
+}
+
+extern "C" __global__ void __launch_bounds__(32 * WARPS)
+paged_split_kv(int B, int L, int max_pages, const int* __restrict__ lens,
+               const int* __restrict__ table, const __nv_bfloat16* __restrict__ q,
+               const __nv_bfloat16* __restrict__ kc, const __nv_bfloat16* __restrict__ vc,
+               __nv_bfloat16* __restrict__ o, float* __restrict__ ws)
+{
+  const int kvh = blockIdx.x, b = blockIdx.y, z = blockIdx.z, S = gridDim.z;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (kvh == 0 && b == 0 && z == 0 && threadIdx.x == 0) reinterpret_cast<int*>(ws)[0] = S;
+  const int chunk = ((L + S - 1) / S + P - 1) / P * P;
+  const int t0 = z * chunk, t1 = min(lens[b], t0 + chunk);
+  float qf[G][4];
+  load_queries(qf, b, kvh, lane, q);
+  Part pt[G];
+  init_parts(pt);
+  if (t0 < t1) attend_range(pt, qf, b, kvh, t0, t1, max_pages, warp, lane, table, kc, vc);
+  const Part r = merge_warps(pt, warp, lane);
+  float* rec = record(ws, b, kvh * G + warp, z);
+  if (lane == 0) {
+    rec[0] = r.m;
+    rec[1] = r.l;
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) rec[2 + 4 * lane + i] = r.acc[i];
+}
+
+// o[b][h][d] from the S partial results of (b, h): a block per (b, h), a thread per dim
+extern "C" __global__ void __launch_bounds__(D)
+paged_split_kv_combine(int B, int L, int max_pages, const int* __restrict__ lens,
+                       const int* __restrict__ table, const __nv_bfloat16* __restrict__ q,
+                       const __nv_bfloat16* __restrict__ kc, const __nv_bfloat16* __restrict__ vc,
+                       __nv_bfloat16* __restrict__ o, float* __restrict__ ws)
+{
+  const int bh = blockIdx.x, d = threadIdx.x;
+  if (bh >= B * HQ) return;
+  const int S = reinterpret_cast<const int*>(ws)[0];
+  float m = -INFINITY, l = 0.0f, acc = 0.0f;
+  for (int z = 0; z < S; ++z) {
+    const float* rec = record(ws, bh / HQ, bh % HQ, z);
+    const float mi = rec[0];
+    const float mn = fmaxf(m, mi);
+    if (mn == -INFINITY) continue;  // empty so far and empty here
+    const float a = exp2f(m - mn), w = exp2f(mi - mn);
+    l = l * a + rec[1] * w;
+    acc = acc * a + rec[2 + d] * w;
+    m = mn;
+  }
+  o[(size_t)bh * D + d] = __float2bfloat16_rn(acc / l);
+}
