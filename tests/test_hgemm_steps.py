@@ -192,8 +192,7 @@ BF16_H = r"""
 #include <cstdint>
 struct __nv_bfloat16 { unsigned short x; };
 struct __nv_bfloat162 { __nv_bfloat16 x, y; };
-struct float2 { float x, y; };
-struct uint2 { unsigned x, y; };
+struct float2 { float x, y; };  // uint2 is emu.h's
 inline float __bfloat162float(__nv_bfloat16 h) {
   unsigned u = (unsigned)h.x << 16; float f; std::memcpy(&f, &u, 4); return f;
 }
