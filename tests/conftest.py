@@ -217,3 +217,30 @@ def clone_built(built_repo, tmp_path):
     dest = tmp_path / "repo"
     shutil.copytree(root, dest, symlinks=True)
     return dest
+
+
+@pytest.fixture
+def numpy_as_cupy(monkeypatch):
+    """Problem.check imports cupy inside; let it find NumPy, whose API it uses."""
+    import numpy as np
+
+    monkeypatch.setitem(sys.modules, "cupy", np)
+    return np
+
+
+def bench_rows(tmp_path: Path, settings: dict, study: str, variant: str, sizes):
+    """`kernelbook bench STUDY VARIANT --size ...` under ``settings``, in the repository;
+    its measurements table (an AssertionError with the output if the command fails)."""
+    import json
+
+    import pandas as pd
+
+    out = tmp_path / f"{variant}.parquet"
+    args = ["bench", study, variant, "--out", str(out)]
+    for s in sizes:
+        args += ["--size", s]
+    cmd = [sys.executable, "-m", "kernelbook", "--settings", json.dumps(settings), *args]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise AssertionError(f"kernelbook {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
+    return pd.read_parquet(out)

@@ -93,3 +93,19 @@ inline __nv_bfloat16 __float2bfloat16_rn(float f) {
 }
 inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.x; }
 """
+
+
+def emu_workdir(tmp_path_factory, name: str, driver: str):
+    """A fresh folder holding emu.h, the bf16 header and ``driver`` (driver.cpp) for g++;
+    the test is skipped where g++ is missing."""
+    import shutil
+
+    import pytest
+
+    if shutil.which("g++") is None:
+        pytest.skip("g++ not on PATH")
+    d = tmp_path_factory.mktemp(name)
+    (d / "emu.h").write_text(EMU)
+    (d / "cuda_bf16.h").write_text(BF16)
+    (d / "driver.cpp").write_text(driver)
+    return d

@@ -11,13 +11,12 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from conftest import REPO, kernelbook_cli
-from cuda_emu import BF16, EMU
+from conftest import REPO, bench_rows, kernelbook_cli
+from cuda_emu import emu_workdir
 
 from kernelbook import config as cfg
 from kernelbook import gpu, problems
@@ -282,20 +281,7 @@ GUARD = 64
 
 @pytest.fixture(scope="module")
 def emu_dir(tmp_path_factory):
-    if shutil.which("g++") is None:
-        pytest.skip("g++ not on PATH")
-    d = tmp_path_factory.mktemp("decode-emu")
-    (d / "emu.h").write_text(EMU)
-    (d / "cuda_bf16.h").write_text(BF16)
-    (d / "driver.cpp").write_text(DRIVER)
-    return d
-
-
-@pytest.fixture
-def numpy_as_cupy(monkeypatch):
-    """Problem.check imports cupy inside; let it find NumPy, whose API it uses."""
-    monkeypatch.setitem(sys.modules, "cupy", np)
-    return np
+    return emu_workdir(tmp_path_factory, "decode-emu", DRIVER)
 
 
 def _emu_exe(emu_dir, vid):
@@ -390,17 +376,7 @@ GPU_SIZES = ["4x256x512", "3x1001x1001", "33x4096x8200", "1x4096x4096"]
 
 
 def _bench(tmp_path, variant, *sizes):
-    import pandas as pd
-
-    out = tmp_path / f"{variant}.parquet"
-    args = ["bench", "decode_gemm", variant, "--out", str(out)]
-    for s in sizes:
-        args += ["--size", s]
-    cmd = [sys.executable, "-m", "kernelbook", "--settings", json.dumps(FAST), *args]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
-    if proc.returncode != 0:
-        raise AssertionError(f"kernelbook {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
-    return pd.read_parquet(out)
+    return bench_rows(tmp_path, FAST, "decode_gemm", variant, sizes)
 
 
 @pytest.mark.parametrize("vid", GPU_JOBS)

@@ -8,16 +8,14 @@ bench both steps beside SDPA at small and odd sizes."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from conftest import REPO
-from cuda_emu import BF16, EMU
+from conftest import REPO, bench_rows
+from cuda_emu import emu_workdir
 
 from kernelbook import config as cfg
 from kernelbook import gpu, problems
@@ -184,19 +182,7 @@ EMULATED = [(1, 1), (3, 100), (2, 1600)]
 
 @pytest.fixture(scope="module")
 def emu_dir(tmp_path_factory):
-    if shutil.which("g++") is None:
-        pytest.skip("g++ not on PATH")
-    d = tmp_path_factory.mktemp("pd-emu")
-    (d / "emu.h").write_text(EMU)
-    (d / "cuda_bf16.h").write_text(BF16)
-    (d / "driver.cpp").write_text(DRIVER)
-    return d
-
-
-@pytest.fixture
-def numpy_as_cupy(monkeypatch):
-    monkeypatch.setitem(sys.modules, "cupy", np)
-    return np
+    return emu_workdir(tmp_path_factory, "pd-emu", DRIVER)
 
 
 def _exe(emu_dir, v):
@@ -267,16 +253,7 @@ GPU_SIZES = ["3x100", "1x4097", "8x1024", "64x4096"]
 @pytest.mark.gpu
 @pytest.mark.skipif(INFO is None, reason=f"no GPU here: {WHY}")
 def test_both_steps_correct_on_the_gpu_beside_sdpa(tmp_path, vid):
-    import pandas as pd
-
-    out = tmp_path / f"{vid}.parquet"
-    args = ["bench", "paged_decode", vid, "--out", str(out)]
-    for s in GPU_SIZES:
-        args += ["--size", s]
-    cmd = [sys.executable, "-m", "kernelbook", "--settings", json.dumps(FAST), *args]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
-    df = pd.read_parquet(out)
+    df = bench_rows(tmp_path, FAST, "paged_decode", vid, GPU_SIZES)
     assert len(df) == len(GPU_SIZES)
     for _, row in df.iterrows():
         assert row["status"] == "ok", row[["size", "status", "reason"]].to_dict()

@@ -11,13 +11,12 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from conftest import REPO
-from cuda_emu import BF16, EMU
+from conftest import REPO, bench_rows
+from cuda_emu import emu_workdir
 
 from kernelbook import config as cfg
 from kernelbook import gpu, problems
@@ -34,7 +33,6 @@ STUDY = PROJECT.study("w4a16")
 W4 = problems.get("w4a16")
 # what nvcc builds: the plain steps and every candidate of the tuned one
 BUILT = [v for v in STUDY.variants if not v.is_tuned] + list(STUDY.candidates)
-EMU_KERNELS = BUILT
 
 
 # ------------------------------------------------------------------------------------------
@@ -185,20 +183,7 @@ GUARD = 64
 
 @pytest.fixture(scope="module")
 def emu_dir(tmp_path_factory):
-    if shutil.which("g++") is None:
-        pytest.skip("g++ not on PATH")
-    d = tmp_path_factory.mktemp("w4-emu")
-    (d / "emu.h").write_text(EMU)
-    (d / "cuda_bf16.h").write_text(BF16)
-    (d / "driver.cpp").write_text(DRIVER)
-    return d
-
-
-@pytest.fixture
-def numpy_as_cupy(monkeypatch):
-    """Problem.check imports cupy inside; let it find NumPy, whose API it uses."""
-    monkeypatch.setitem(sys.modules, "cupy", np)
-    return np
+    return emu_workdir(tmp_path_factory, "w4-emu", DRIVER)
 
 
 def _emu_exe(emu_dir, v):
@@ -256,7 +241,7 @@ def _emulate(emu_dir, v, sizes, grid=None, case=None):
     return case
 
 
-@pytest.mark.parametrize("v", EMU_KERNELS, ids=lambda v: v.id)
+@pytest.mark.parametrize("v", BUILT, ids=lambda v: v.id)
 def test_kernels_run_correctly_on_the_cpu_emulator(emu_dir, numpy_as_cupy, v):
     tol = W4.tolerance({}, "bfloat16")
     for M, N, K in EMULATED:
@@ -300,17 +285,7 @@ GPU_JOBS = ["01_i2f_warp_per_row", "02_i2f_rows_per_warp", STUDY.candidates[-1].
 
 
 def _bench(tmp_path, variant, *sizes):
-    import pandas as pd
-
-    out = tmp_path / f"{variant}.parquet"
-    args = ["bench", "w4a16", variant, "--out", str(out)]
-    for s in sizes:
-        args += ["--size", s]
-    cmd = [sys.executable, "-m", "kernelbook", "--settings", json.dumps(FAST), *args]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
-    if proc.returncode != 0:
-        raise AssertionError(f"kernelbook {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
-    return pd.read_parquet(out)
+    return bench_rows(tmp_path, FAST, "w4a16", variant, sizes)
 
 
 @pytest.mark.parametrize("vid", GPU_JOBS)

@@ -11,13 +11,12 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from conftest import REPO
-from cuda_emu import BF16, EMU
+from conftest import REPO, bench_rows
+from cuda_emu import emu_workdir
 
 from kernelbook import config as cfg
 from kernelbook import gpu, problems
@@ -153,12 +152,7 @@ GUARD = 64
 
 @pytest.fixture(scope="module")
 def emu_exe(tmp_path_factory):
-    if shutil.which("g++") is None:
-        pytest.skip("g++ not on PATH")
-    d = tmp_path_factory.mktemp("w8-emu")
-    (d / "emu.h").write_text(EMU)
-    (d / "cuda_bf16.h").write_text(BF16)
-    (d / "driver.cpp").write_text(DRIVER)
+    d = emu_workdir(tmp_path_factory, "w8-emu", DRIVER)
     exe = d / "simt"
     cmd = ["g++", "-std=c++20", "-O1", "-pthread", "-w", f"-I{d}"]
     cmd += [f'-DKFILE="{REPO / SIMT.source}"', f"-DKERNEL={SIMT.entry}"]
@@ -166,12 +160,6 @@ def emu_exe(tmp_path_factory):
     proc = subprocess.run([*cmd, str(d / "driver.cpp"), "-o", str(exe)], capture_output=True)
     assert proc.returncode == 0, proc.stderr.decode()[-3000:]
     return exe
-
-
-@pytest.fixture
-def numpy_as_cupy(monkeypatch):
-    monkeypatch.setitem(sys.modules, "cupy", np)
-    return np
 
 
 def _case(sizes, every_byte=False) -> Case:
@@ -247,16 +235,7 @@ GPU_SIZES = ["4x256x512", "17x1001x1040", "33x4096x4112", "16x14336x4096"]
 @pytest.mark.gpu
 @pytest.mark.skipif(INFO is None, reason=f"no GPU here: {WHY}")
 def test_both_steps_and_baselines_correct_on_the_gpu(tmp_path, vid):
-    import pandas as pd
-
-    out = tmp_path / f"{vid}.parquet"
-    args = ["bench", "w8a8", vid, "--out", str(out)]
-    for s in GPU_SIZES:
-        args += ["--size", s]
-    cmd = [sys.executable, "-m", "kernelbook", "--settings", json.dumps(FAST), *args]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
-    df = pd.read_parquet(out)
+    df = bench_rows(tmp_path, FAST, "w8a8", vid, GPU_SIZES)
     assert len(df) == len(GPU_SIZES)
     for _, row in df.iterrows():
         assert row["status"] == "ok", row[["size", "status", "reason"]].to_dict()

@@ -39,7 +39,13 @@ from kernelbook.problems.base import (
     Problem,
     size_seed,
 )
-from kernelbook.problems.softmax import BF16_NAN, bf16_bits, bf16_values, decoded_bf16
+from kernelbook.problems.softmax import (
+    BF16_NAN,
+    bf16_bits,
+    bf16_rel_err,
+    bf16_values,
+    decoded_bf16,
+)
 
 HQ, HKV, D, P = 32, 8, 128, 16
 TOLERANCE = 1e-2
@@ -209,12 +215,7 @@ class PagedDecode(Problem):
 
         run()
         torch.cuda.synchronize()
-        bits = cp.asarray(out.pop("O").contiguous().view(torch.int16)).view(cp.uint16)
-        got = bf16_values(cp, bits).ravel().astype(cp.float64)
-        ref = case.reference["O"]
-        rel = float(cp.linalg.norm(got - ref) / cp.linalg.norm(ref))
-        if not bool(cp.isfinite(got).all()):
-            rel = float("inf")
+        rel = bf16_rel_err(cp, out.pop("O"), case.reference["O"])
         mode = (
             f"torch {torch.__version__} scaled_dot_product_attention(attn_mask, enable_gqa=True), "
             "bfloat16, over K and V gathered from the pages once, before timing"

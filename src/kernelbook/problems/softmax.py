@@ -48,6 +48,18 @@ def bf16_values(xp, bits):
     return (xp.ascontiguousarray(bits).astype(xp.uint32) << 16).view(xp.float32)
 
 
+def bf16_rel_err(cp, out, ref) -> float:
+    """Norm-wise relative error of a bf16 torch tensor ``out`` (a baseline's output)
+    against the flat float64 reference ``ref``; inf where any element is not finite."""
+    import torch
+
+    bits = cp.asarray(out.contiguous().view(torch.int16)).view(cp.uint16)
+    got = bf16_values(cp, bits).ravel().astype(cp.float64)
+    if not bool(cp.isfinite(got).all()):
+        return float("inf")
+    return float(cp.linalg.norm(got - ref) / cp.linalg.norm(ref))
+
+
 def softmax64(xp, values):
     """float64 softmax over the last axis of a 2-D array, flattened."""
     z = values.astype(xp.float64)

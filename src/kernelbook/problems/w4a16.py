@@ -41,7 +41,13 @@ from kernelbook.problems.base import (
     Problem,
     size_seed,
 )
-from kernelbook.problems.softmax import BF16_NAN, bf16_bits, bf16_values, decoded_bf16
+from kernelbook.problems.softmax import (
+    BF16_NAN,
+    bf16_bits,
+    bf16_rel_err,
+    bf16_values,
+    decoded_bf16,
+)
 
 GROUP = 128  # weights per scale, along K
 ZERO = 8  # q - ZERO is the signed weight
@@ -185,12 +191,7 @@ class W4A16(Problem):
         y.fill_(float("nan"))
         run()
         torch.cuda.synchronize()
-        got = bf16_values(cp, cp.asarray(y.view(torch.int16)).view(cp.uint16))
-        got = got.ravel().astype(cp.float64)
-        ref = case.reference["y"]
-        rel = float(cp.linalg.norm(got - ref) / cp.linalg.norm(ref))
-        if not bool(cp.isfinite(got).all()):
-            rel = float("inf")
+        rel = bf16_rel_err(cp, y, case.reference["y"])
         how = (
             "unpack (shift, mask), (q - 8) to bf16 times the group's scale, every call, then"
             if name == "dequant_matmul"
