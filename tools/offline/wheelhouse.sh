@@ -12,6 +12,11 @@
 # (cupti-python) are fetched alone, without their dependencies, which are the host's CUDA
 # stack (GPU_HOST_REQUIREMENTS names another file, or none with an empty value). OUT_DIR
 # gets MANIFEST.txt (sha256 of every wheel).
+#
+# LEAVE_OUT (default: pulp) names distributions left out although required: pulp is the LP
+# solver of Snakemake's ILP scheduler, 16 MB of bundled solver binaries; without it Snakemake
+# schedules greedily, and the folder stays small enough to travel with a checkout to a host
+# that limits what a command may bring (the device tool's 64 MiB, with the checkout).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: tools/offline/wheelhouse.sh OUT_DIR [REQUIREMENT ...]}
@@ -30,6 +35,7 @@ fi
 py=${py:-3.12}
 abi=cp${py/./}
 norm() { tr 'A-Z_.' 'a-z--' <<< "$1"; }
+leave_out=$(tr ' ,' '\n\n' <<< "${LEAVE_OUT-pulp}" | grep . | tr 'A-Z_.' 'a-z--' || true)
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -44,6 +50,10 @@ for whl in "$work"/*.whl; do
   version=$(cut -d- -f2 <<< "$file")
   if [ -n "$keep_out" ] && grep -qxF "$(norm "$name")" <<< "$keep_out"; then
     skipped=$((skipped + 1))
+    continue
+  fi
+  if [ -n "$leave_out" ] && grep -qxF "$(norm "$name")" <<< "$leave_out"; then
+    echo "wheelhouse.sh: left out $file (LEAVE_OUT)"
     continue
   fi
   case $file in
