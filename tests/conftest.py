@@ -178,6 +178,67 @@ def has_gpu() -> bool:
         return False
 
 
+def gpu_test_kernels():
+    """(project, study, variant) of every CUDA kernel the GPU tests build: each study's plain
+    variants and its tuned variants' candidate samples (candidate_sample)."""
+    from kernelbook import config
+    from kernelbook.config import ConfigError
+
+    for path in sorted((REPO / "config" / "studies").glob("*.yaml")):
+        try:
+            project = config.load_project_file(
+                REPO / "config" / "config.yaml", overrides={"studies": [path.stem]}
+            )
+            study = project.study(path.stem)
+        except ConfigError:
+            continue  # a study the project does not load is its own tests' concern
+        ids = [v.id for v in study.variants if not v.is_tuned]
+        for v in study.variants:
+            if v.is_tuned:
+                ids += candidate_sample(path.stem, v.id)
+        for vid in ids:
+            variant = study.variant(vid)
+            if variant.kind == "cuda":
+                yield project, study, variant
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _gpu_kernels_compiled_ahead(request):
+    """Where GPU tests run on a GPU: every kernel they build, compiled first by nvcc on every
+    core at once into the run's cubin cache (kernelbook.build.CACHE_ENV). Each test's own
+    build, one at a time inside its GPU job, then takes the cubin from the cache instead of
+    holding the GPU through nvcc. A kernel that fails to compile here fails again, with its
+    message, in its own test. Without a GPU, or without GPU tests selected, nothing runs."""
+    import fcntl
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kernelbook.build import nvcc as build
+    from kernelbook.build.job import compile_now
+
+    cache = os.environ.get(build.CACHE_ENV)
+    if not cache or not any("gpu" in i.keywords for i in request.session.items) or not has_gpu():
+        return
+    with open(Path(cache) / ".compiled-ahead", "a+") as mark:
+        fcntl.flock(mark, fcntl.LOCK_EX)  # xdist workers: the first compiles, the rest wait
+        mark.seek(0)
+        if mark.read():
+            return
+        kernels = list(gpu_test_kernels())
+        with tempfile.TemporaryDirectory() as tmp:
+
+            def one(i_job):
+                i, (project, study, variant) = i_job
+                try:
+                    compile_now(project, study, variant, Path(tmp) / f"{i}.cubin")
+                except Exception:  # noqa: BLE001 - its own test reports it
+                    return 0
+                return 1
+
+            with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+                built = sum(pool.map(one, enumerate(kernels)))
+        mark.write(f"{built} of {len(kernels)} kernels\n")
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO
@@ -228,19 +289,40 @@ def numpy_as_cupy(monkeypatch):
     return np
 
 
+# The timing of the GPU tests that check values and a table's columns, not times: a size's
+# measurement stops once 10 ms have passed and every median is known to 5 % (the book's
+# 0.5 % can keep a noisy microsecond kernel sampling until max_time_s), at 0.5 s at most.
+CHECK_TIMING = {"min_time_s": 0.01, "max_time_s": 0.5, "target_rse": 0.05}
+
+
+def kb(*args: str, settings: dict | None = None, timeout: float = 900, check: bool = True):
+    """`kernelbook [--settings JSON] ARGS...` in the repository, as a job would run it; with
+    ``check`` an AssertionError naming the command, its exit status (a signal by name: a
+    crash prints nothing) and its output, if it fails."""
+    import json
+    import signal
+
+    cmd = [sys.executable, "-m", "kernelbook"]
+    if settings is not None:
+        cmd += ["--settings", json.dumps(settings)]
+    proc = subprocess.run([*cmd, *args], cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        rc = proc.returncode
+        status = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exit {rc}"
+        raise AssertionError(
+            f"kernelbook {' '.join(args)} failed ({status}):\n{proc.stdout}\n{proc.stderr}"
+        )
+    return proc
+
+
 def bench_rows(tmp_path: Path, settings: dict, study: str, variant: str, sizes):
     """`kernelbook bench STUDY VARIANT --size ...` under ``settings``, in the repository;
     its measurements table (an AssertionError with the output if the command fails)."""
-    import json
-
     import pandas as pd
 
-    out = tmp_path / f"{variant}.parquet"
+    out = tmp_path / f"{variant}-{len(list(tmp_path.iterdir()))}.parquet"
     args = ["bench", study, variant, "--out", str(out)]
     for s in sizes:
         args += ["--size", s]
-    cmd = [sys.executable, "-m", "kernelbook", "--settings", json.dumps(settings), *args]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
-    if proc.returncode != 0:
-        raise AssertionError(f"kernelbook {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
+    kb(*args, settings=settings, timeout=600)
     return pd.read_parquet(out)

@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import CHECK_TIMING
 from test_gpu import INFO, WHY, bench
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(INFO is None, reason=f"no GPU here: {WHY}")]
 
-QUICK = {"timing": {"min_time_s": 0.01, "max_time_s": 0.5, "min_samples": 5}}
+QUICK = {"timing": {**CHECK_TIMING, "min_samples": 5}}
 VARIANTS = [
     "01_naive",
     "02_fused_row",

@@ -495,3 +495,19 @@ def test_the_device_tables_micro_benchmarks_compile_to_wide_loads(tmp_path):
             for f, ops in sass.items()}  # fmt: skip
     assert all(wide.values()), wide
     assert wide["dram_read"] >= 5, wide  # 4 unrolled + the tail
+
+
+def test_the_gpu_tiers_kernels_compiled_ahead_are_every_studys_cuda_jobs():
+    # conftest compiles these into the run's cubin cache before the GPU tests: a study that
+    # stopped loading would drop out of the list silently, its tests paying nvcc each again
+    from conftest import candidate_sample, gpu_test_kernels
+
+    listed: dict[str, set[str]] = {}
+    for _, study, variant in gpu_test_kernels():
+        assert variant.kind == "cuda"
+        listed.setdefault(study.name, set()).add(variant.id)
+    studies = {p.stem for p in (REPO / "config" / "studies").glob("*.yaml")}
+    assert set(listed) == studies - {"regimes"}, set(listed) ^ studies  # regimes: torch only
+    assert {"01_naive", "02_coalescing"} <= listed["sgemm"]
+    assert set(candidate_sample("sgemm", "10_warptiling")) <= listed["sgemm"]
+    assert not any(v.startswith("14_triton") for v in listed["sgemm"])

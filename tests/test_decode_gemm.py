@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from conftest import REPO, bench_rows, kernelbook_cli
+from conftest import CHECK_TIMING, REPO, bench_rows, kernelbook_cli
 from cuda_emu import emu_workdir
 
 from kernelbook import config as cfg
@@ -370,20 +370,21 @@ def test_the_emulated_check_fails_a_kernel_that_skips_rows(emu_dir, numpy_as_cup
 
 INFO, WHY = gpu.detect()
 FAST = {"studies": ["decode_gemm"], "timing": {"min_time_s": 0.02, "max_time_s": 1}}
+CHECK = {"studies": ["decode_gemm"], "timing": CHECK_TIMING}  # values, not times
 # small; odd (K % 8 != 0: the scalar paths; N no multiple of a block's rows); M past the
 # 32-row batch tile with a K that splits; the smallest study size
 GPU_SIZES = ["4x256x512", "3x1001x1001", "33x4096x8200", "1x4096x4096"]
 
 
-def _bench(tmp_path, variant, *sizes):
-    return bench_rows(tmp_path, FAST, "decode_gemm", variant, sizes)
+def _bench(tmp_path, variant, *sizes, settings=FAST):
+    return bench_rows(tmp_path, settings, "decode_gemm", variant, sizes)
 
 
 @pytest.mark.parametrize("vid", GPU_JOBS)
 @pytest.mark.gpu
 @pytest.mark.skipif(INFO is None, reason=f"no GPU here: {WHY}")
 def test_every_variant_correct_on_the_gpu_at_small_and_odd_shapes(tmp_path, vid):
-    df = _bench(tmp_path, vid, *GPU_SIZES)
+    df = _bench(tmp_path, vid, *GPU_SIZES, settings=CHECK)
     assert len(df) == len(GPU_SIZES)
     for _, row in df.iterrows():
         assert row["status"] == "ok", row[["size", "status", "reason"]].to_dict()

@@ -5,14 +5,11 @@ reading x once from DRAM (Nsight Compute), and compute-sanitizer on every varian
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import candidate_sample
+from conftest import CHECK_TIMING, bench_rows, candidate_sample, kb
 
 from kernelbook import gpu
 
@@ -20,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 INFO, WHY = gpu.detect()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(INFO is None, reason=f"no GPU here: {WHY}")]
 
-FAST = {"min_time_s": 0.02, "max_time_s": 2}
+FAST = CHECK_TIMING
 TRANSPOSE = [
     "00_copy",
     "01_naive",
@@ -50,23 +47,8 @@ def settings(study, timing=FAST) -> dict:
     return {"studies": [study], "timing": timing}
 
 
-def kb(*args, settings=None, timeout=1800, check=True):
-    cmd = [sys.executable, "-m", "kernelbook"]
-    if settings is not None:
-        cmd += ["--settings", json.dumps(settings)]
-    proc = subprocess.run([*cmd, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"kernelbook {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
-    return proc
-
-
 def bench(tmp_path, study, variant, *sizes, timing=FAST) -> pd.DataFrame:
-    out = tmp_path / f"{study}-{variant}-{len(list(tmp_path.iterdir()))}.parquet"
-    args = ["bench", study, variant, "--out", str(out)]
-    for s in sizes:
-        args += ["--size", s]
-    kb(*args, settings=settings(study, timing))
-    return pd.read_parquet(out)
+    return bench_rows(tmp_path, settings(study, timing), study, variant, sizes)
 
 
 def assert_bandwidth_columns(df: pd.DataFrame) -> None:
@@ -213,9 +195,17 @@ def test_naive_transpose_shows_its_store_sectors(tmp_path):
 # compute-sanitizer: every variant clean on exact-size allocations
 
 
+# The quick tier runs each study's vectorized step (the one with the widest accesses); the
+# other variants are the slow tier's, as the book's own sanitize jobs run every variant.
+SANITIZED_QUICK = {"05_vectorized", "05_online_vectorized"}
+
+
 @pytest.mark.parametrize(
     ("study", "variant"),
-    [("transpose", v) for v in TRANSPOSE_JOBS] + SOFTMAX_JOBS,
+    [
+        pytest.param(s, v, marks=() if v in SANITIZED_QUICK else pytest.mark.slow)
+        for s, v in [("transpose", v) for v in TRANSPOSE_JOBS] + SOFTMAX_JOBS
+    ],
 )
 def test_sanitizer_clean(tmp_path, study, variant):
     build_dir = tmp_path / "build"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import candidate_sample
+from conftest import CHECK_TIMING, bench_rows, candidate_sample
 
 from kernelbook import gpu
 
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 INFO, WHY = gpu.detect()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(INFO is None, reason=f"no GPU here: {WHY}")]
 
-FAST = {"timing": {"min_time_s": 0.02, "max_time_s": 1, "min_samples": 10}}
+FAST = {"timing": CHECK_TIMING}
 # small; odd M and N (scalar stores at the right edge, zero-filled TMA rows) with K not a
 # multiple of the 64-wide K tile; a block row entirely past M (the second block of a cluster
 # loads only zeros); more tiles than SMs (persistent blocks loop)
@@ -49,15 +49,7 @@ def _hopper() -> bool:
 
 
 def bench(tmp_path, variant, *sizes):
-    out = tmp_path / f"{variant}.parquet"
-    args = ["bench", "hgemm", variant, "--out", str(out)]
-    for s in sizes:
-        args += ["--size", s]
-    cmd = [sys.executable, "-m", "kernelbook", "--settings", json.dumps(FAST), *args]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    if proc.returncode != 0:
-        raise AssertionError(f"kernelbook {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
-    return pd.read_parquet(out)
+    return bench_rows(tmp_path, FAST, "hgemm", variant, sizes)
 
 
 @pytest.mark.parametrize("variant", _jobs())

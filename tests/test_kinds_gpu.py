@@ -8,14 +8,14 @@ import sys
 
 import pandas as pd
 import pytest
-from conftest import copy_env
+from conftest import CHECK_TIMING, copy_env
 from test_kinds import kinds_repo
 
 from kernelbook import gpu
 
 INFO, WHY = gpu.detect()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(INFO is None, reason=f"no GPU here: {WHY}")]
-FAST = {"timing": {"min_time_s": 0.02, "max_time_s": 2}}
+FAST = {"timing": CHECK_TIMING}
 
 
 def kb(root, *args):

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from conftest import REPO, bench_rows
+from conftest import CHECK_TIMING, REPO, bench_rows
 from cuda_emu import emu_workdir
 
 from kernelbook import config as cfg
@@ -245,7 +245,7 @@ def test_the_emulated_check_fails_a_kernel_that_skips_sequences(emu_dir, numpy_a
 # on a GPU (marked gpu; skipped, visibly, where NVML finds none)
 
 INFO, WHY = gpu.detect()
-FAST = {"studies": ["paged_decode"], "timing": {"min_time_s": 0.02, "max_time_s": 1}}
+FAST = {"studies": ["paged_decode"], "timing": CHECK_TIMING}
 GPU_SIZES = ["3x100", "1x4097", "8x1024", "64x4096"]
 
 

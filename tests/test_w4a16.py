@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from conftest import REPO, bench_rows
+from conftest import CHECK_TIMING, REPO, bench_rows
 from cuda_emu import emu_workdir
 
 from kernelbook import config as cfg
@@ -278,7 +278,7 @@ def test_the_emulated_check_fails_kernels_that_skip_rows_or_misread_nibbles(emu_
 # on a GPU (marked gpu; skipped, visibly, where NVML finds none)
 
 INFO, WHY = gpu.detect()
-FAST = {"studies": ["w4a16"], "timing": {"min_time_s": 0.02, "max_time_s": 1}}
+FAST = {"studies": ["w4a16"], "timing": CHECK_TIMING}
 # small; odd N (rows past N), M past the batch tile; K of one group and of 113; the headline
 GPU_SIZES = ["4x256x512", "3x1001x1152", "33x4096x14464", "1x28672x4096"]
 GPU_JOBS = ["01_i2f_warp_per_row", "02_i2f_rows_per_warp", STUDY.candidates[-1].id]

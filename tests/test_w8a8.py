@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from conftest import REPO, bench_rows
+from conftest import CHECK_TIMING, REPO, bench_rows
 from cuda_emu import emu_workdir
 
 from kernelbook import config as cfg
@@ -226,7 +226,7 @@ def test_the_emulated_check_fails_a_kernel_that_skips_rows(emu_exe, numpy_as_cup
 # on a GPU (marked gpu; skipped, visibly, where NVML finds none)
 
 INFO, WHY = gpu.detect()
-FAST = {"studies": ["w8a8"], "timing": {"min_time_s": 0.02, "max_time_s": 1}}
+FAST = {"studies": ["w8a8"], "timing": CHECK_TIMING}
 # small; odd N, M past a 16-row tile, a partial 64-byte K chunk; the second headline
 GPU_SIZES = ["4x256x512", "17x1001x1040", "33x4096x4112", "16x14336x4096"]
 
