@@ -38,6 +38,9 @@ inline std::barrier<>* emu_block;
 inline std::vector<std::unique_ptr<std::barrier<>>> emu_warps;
 inline std::vector<uint32_t> emu_lanes;
 inline void __syncthreads() { emu_block->arrive_and_wait(); }
+inline void __syncwarp(unsigned = 0xffffffffu) {
+  emu_warps[(threadIdx.x + threadIdx.y * blockDim.x) / 32]->arrive_and_wait();
+}
 template <class V> V __shfl_xor_sync(unsigned, V v, int o) {
   const int t = threadIdx.x + threadIdx.y * blockDim.x, w = t / 32;
   std::memcpy(&emu_lanes[t], &v, 4);

@@ -20,17 +20,8 @@
 #ifndef UNROLL
 #define UNROLL 2
 #endif
+#define PAGED_SPLIT  // the workspace records and the combine kernel (paged.cuh)
 #include "paged.cuh"
-
-#ifndef MAX_SPLIT
-#define MAX_SPLIT 32
-#endif
-#define REC (D + 2)  // a partial result: m, l, acc[D]
-
-__device__ __forceinline__ float* record(float* ws, int b, int h, int z)
-{
-  return ws + 64 + ((size_t)(b * HQ + h) * MAX_SPLIT + z) * REC;  // 64 floats: the header
-}
 
 extern "C" __global__ void __launch_bounds__(32 * WARPS)
 paged_split_kv(int B, int L, int max_pages, const int* __restrict__ lens,
@@ -49,35 +40,5 @@ paged_split_kv(int B, int L, int max_pages, const int* __restrict__ lens,
   init_parts(pt);
   if (t0 < t1) attend_range(pt, qf, b, kvh, t0, t1, max_pages, warp, lane, table, kc, vc);
   const Part r = merge_warps(pt, warp, lane);
-  float* rec = record(ws, b, kvh * G + warp, z);
-  if (lane == 0) {
-    rec[0] = r.m;
-    rec[1] = r.l;
-  }
-#pragma unroll
-  for (int i = 0; i < 4; ++i) rec[2 + 4 * lane + i] = r.acc[i];
-}
-
-// o[b][h][d] from the S partial results of (b, h): a block per (b, h), a thread per dim
-extern "C" __global__ void __launch_bounds__(D)
-paged_split_kv_combine(int B, int L, int max_pages, const int* __restrict__ lens,
-                       const int* __restrict__ table, const __nv_bfloat16* __restrict__ q,
-                       const __nv_bfloat16* __restrict__ kc, const __nv_bfloat16* __restrict__ vc,
-                       __nv_bfloat16* __restrict__ o, float* __restrict__ ws)
-{
-  const int bh = blockIdx.x, d = threadIdx.x;
-  if (bh >= B * HQ) return;
-  const int S = reinterpret_cast<const int*>(ws)[0];
-  float m = -INFINITY, l = 0.0f, acc = 0.0f;
-  for (int z = 0; z < S; ++z) {
-    const float* rec = record(ws, bh / HQ, bh % HQ, z);
-    const float mi = rec[0];
-    const float mn = fmaxf(m, mi);
-    if (mn == -INFINITY) continue;  // empty so far and empty here
-    const float a = exp2f(m - mn), w = exp2f(mi - mn);
-    l = l * a + rec[1] * w;
-    acc = acc * a + rec[2 + d] * w;
-    m = mn;
-  }
-  o[(size_t)bh * D + d] = __float2bfloat16_rn(acc / l);
+  store_record(ws, b, kvh * G + warp, z, lane, r);
 }

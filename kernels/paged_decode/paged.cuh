@@ -150,3 +150,54 @@ __device__ __forceinline__ void store_o(__nv_bfloat16* __restrict__ o, int b, in
 #pragma unroll
   for (int i = 0; i < 4; ++i) out[i] = __float2bfloat16_rn(r.acc[i] * inv);
 }
+
+#ifdef PAGED_SPLIT
+// Split-KV (02, 03): each block's merged (m, l, acc) per query head goes to the workspace
+// unnormalized; a combine kernel merges a sequence's S records and writes o.
+#ifndef MAX_SPLIT
+#define MAX_SPLIT 32
+#endif
+#define REC (D + 2)  // a partial result: m, l, acc[D]
+
+__device__ __forceinline__ float* record(float* ws, int b, int h, int z)
+{
+  return ws + 64 + ((size_t)(b * HQ + h) * MAX_SPLIT + z) * REC;  // 64 floats: the header
+}
+
+// this lane's 4 dims of a block's merged result for query head h of sequence b, split z
+__device__ __forceinline__ void store_record(float* ws, int b, int h, int z, int lane,
+                                             const Part& r)
+{
+  float* rec = record(ws, b, h, z);
+  if (lane == 0) {
+    rec[0] = r.m;
+    rec[1] = r.l;
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) rec[2 + 4 * lane + i] = r.acc[i];
+}
+
+// o[b][h][d] from the S partial results of (b, h): a block per (b, h), a thread per dim
+extern "C" __global__ void __launch_bounds__(D)
+paged_split_kv_combine(int B, int L, int max_pages, const int* __restrict__ lens,
+                       const int* __restrict__ table, const __nv_bfloat16* __restrict__ q,
+                       const __nv_bfloat16* __restrict__ kc, const __nv_bfloat16* __restrict__ vc,
+                       __nv_bfloat16* __restrict__ o, float* __restrict__ ws)
+{
+  const int bh = blockIdx.x, d = threadIdx.x;
+  if (bh >= B * HQ) return;
+  const int S = reinterpret_cast<const int*>(ws)[0];
+  float m = -INFINITY, l = 0.0f, acc = 0.0f;
+  for (int z = 0; z < S; ++z) {
+    const float* rec = record(ws, bh / HQ, bh % HQ, z);
+    const float mi = rec[0];
+    const float mn = fmaxf(m, mi);
+    if (mn == -INFINITY) continue;  // empty so far and empty here
+    const float a = exp2f(m - mn), w = exp2f(mi - mn);
+    l = l * a + rec[1] * w;
+    acc = acc * a + rec[2 + d] * w;
+    m = mn;
+  }
+  o[(size_t)bh * D + d] = __float2bfloat16_rn(acc / l);
+}
+#endif  // PAGED_SPLIT
