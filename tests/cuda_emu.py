@@ -1,10 +1,13 @@
 """A small CUDA emulator for the CPU tests: kernel sources compiled by g++ against it run one
 OS thread per CUDA thread, blocks one after another, with real barriers and shuffles through
 per-warp barriers. Not a GPU (no memory model, no timing, no inline PTX), but every index,
-bound, reduction and vector path of the real source runs."""
+bound, reduction and vector path of the real source runs. A kernel's inline PTX sits in small
+helpers that call the emulator's version where KERNELBOOK_EMU is defined: the m16n8k16 BF16
+mma (its documented fragment layout) and sub.bf16x2."""
 
 EMU = r"""
 #pragma once
+#include <array>
 #include <barrier>
 #include <cstdint>
 #include <cstdio>
@@ -50,6 +53,59 @@ template <class V> V __shfl_xor_sync(unsigned, V v, int o) {
   emu_warps[w]->arrive_and_wait();
   return r;
 }
+// The warp-wide instructions the kernels reach through a helper that switches on
+// KERNELBOOK_EMU: each lane publishes its fragment registers, the warp meets, each lane computes
+// its own outputs from everyone's, the warp meets again.
+#define KERNELBOOK_EMU 1
+inline std::vector<std::array<uint32_t, 6>> emu_frags;
+inline float emu_bf16_lane(uint32_t reg, int half) {
+  const uint32_t u = ((reg >> (16 * half)) & 0xffffu) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline uint32_t emu_bf16_bits(float f) {  // round to nearest even (exact for the small ints here)
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, d += A B (lane = 4 * group + quad):
+// A rows group and group + 8, k 2 quad + {0, 1} (regs a0, a1) and + 8 (a2, a3); B column group,
+// k 2 quad + {0, 1} (b0) and + 8 (b1); d rows group and group + 8, columns 2 quad + {0, 1}
+inline void emu_mma_m16n8k16_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                  uint32_t a3, uint32_t b0, uint32_t b1) {
+  const int t = threadIdx.x + threadIdx.y * blockDim.x, w = t / 32, lane = t % 32;
+  emu_frags[t] = {a0, a1, a2, a3, b0, b1};
+  emu_warps[w]->arrive_and_wait();
+  auto A = [&](int r, int k) {
+    const auto& f = emu_frags[w * 32 + (r % 8) * 4 + (k % 8) / 2];
+    return emu_bf16_lane(f[(r >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0)], k % 2);
+  };
+  auto B = [&](int k, int c) {
+    const auto& f = emu_frags[w * 32 + c * 4 + (k % 8) / 2];
+    return emu_bf16_lane(f[4 + (k >= 8 ? 1 : 0)], k % 2);
+  };
+  float out[4];
+  for (int i = 0; i < 4; ++i) {
+    const int r = lane / 4 + (i >= 2 ? 8 : 0), c = 2 * (lane % 4) + i % 2;
+    float s = 0.0f;
+    for (int k = 0; k < 16; ++k) s += A(r, k) * B(k, c);
+    out[i] = s;
+  }
+  emu_warps[w]->arrive_and_wait();
+  for (int i = 0; i < 4; ++i) d[i] += out[i];
+}
+// sub.rn.bf16x2
+inline uint32_t emu_bf16x2_sub(uint32_t a, uint32_t b) {
+  return emu_bf16_bits(emu_bf16_lane(a, 0) - emu_bf16_lane(b, 0)) |
+         emu_bf16_bits(emu_bf16_lane(a, 1) - emu_bf16_lane(b, 1)) << 16;
+}
+inline uint32_t __byte_perm(uint32_t x, uint32_t y, uint32_t s) {
+  const uint64_t v = (uint64_t)y << 32 | x;
+  uint32_t r = 0;
+  for (int i = 0; i < 4; ++i) r |= (uint32_t)((v >> (8 * ((s >> (4 * i)) & 7))) & 0xff) << (8 * i);
+  return r;
+}
 template <class V> V __ldg(const V* p) { return *p; }
 template <class V> V __ldcs(const V* p) { return *p; }
 template <class V> void __stcs(V* p, V v) { *p = v; }
@@ -71,6 +127,7 @@ template <class F> void emu_launch(dim3 grid, dim3 block, F body) {
       emu_warps.clear();
       for (int w = 0; w < (nt + 31) / 32; ++w) emu_warps.emplace_back(new std::barrier<>(32));
       emu_lanes.assign(nt + 32, 0);
+      emu_frags.assign(nt + 32, {});
       std::vector<std::thread> ts;
       for (int t = 0; t < nt; ++t)
         ts.emplace_back([=] {

@@ -102,7 +102,8 @@ def test_study_loads_with_both_baselines_and_the_read_roof():
 
 @pytest.mark.parametrize("v", BUILT, ids=lambda v: v.id)
 def test_launch_geometry_covers_every_row(v):
-    rows = v.defines["WARPS"] * v.defines["ROWS"]
+    # a block's rows of W: 16 (one m16 tile) for the tensor-core step
+    rows = 16 if v.entry == "w4_mma_dequant" else v.defines["WARPS"] * v.defines["ROWS"]
     for s in STUDY.sizes:
         (L,) = v.launches(s, sm_count=cfg.NOMINAL_SM_COUNT)
         assert L.block == (32 * v.defines["WARPS"], 1, 1) and L.smem == 0
@@ -134,12 +135,16 @@ def test_kernels_compile_without_spills_and_convert_as_they_say(built, v):
     assert r.spill_store_bytes == 0 and r.spill_load_bytes == 0 and r.stack_bytes == 0, res.log
     ops = set(res.sass)
     assert "LDG.E.EF.128" in ops, sorted(ops)  # W streamed: 16-byte ld.global.cs
-    assert "SHFL.BFLY" in ops
     converts = {op for op in ops if op.startswith("I2F")}
-    if v.entry == "w4_magic_dequant":
-        assert not converts, sorted(converts)  # the mantissa trick: no conversion left
+    if v.entry == "w4_mma_dequant":  # tensor cores; nibble pairs by LOP3 and a bf16x2 add
+        assert "HMMA.16816.F32.BF16" in ops and "HADD2.BF16_V2" in ops, sorted(ops)
+        assert not converts and "SHFL.BFLY" not in ops, sorted(ops)  # warps add in smem
     else:
-        assert converts, sorted(ops)
+        assert "SHFL.BFLY" in ops
+        if v.entry == "w4_magic_dequant":
+            assert not converts, sorted(converts)  # the mantissa trick: no conversion left
+        else:
+            assert converts, sorted(ops)
     assert 0 < r.registers <= 65536 // (16 * 32)  # __launch_bounds__: 16 warps an SM
 
 
