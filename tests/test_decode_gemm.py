@@ -53,9 +53,10 @@ def test_study_loads_with_the_decode_sizes():
     assert STUDY.headline in STUDY.profile_sizes and len(STUDY.profile_sizes) == 2
     assert STUDY.sanitize_size == {"M": 3, "N": 37, "K": 1001}
     assert VIDS == [
-        "01_thread_per_output", "02_warp_per_row", "03_rows_per_warp", "04_split_k", "05_triton"
+        "01_thread_per_output", "02_warp_per_row", "03_rows_per_warp", "04_split_k", "05_triton",
+        "06_mma",
     ]  # fmt: skip
-    assert VIDS[:4] == CUDA_VIDS and STUDY.variant("05_triton").is_tuned
+    assert VIDS[:4] + VIDS[5:] == CUDA_VIDS and STUDY.variant("05_triton").is_tuned
     for v in STUDY.variants:
         ext = ".py" if v.kind == "triton" else ".cu"
         assert v.source == f"kernels/decode_gemm/{v.id}{ext}", v.id
@@ -155,7 +156,7 @@ def test_launch_geometry_covers_every_output(vid):
             assert L.grid[0] * L.block[0] >= N > (L.grid[0] - 1) * L.block[0]
             assert L.grid[1] == M
             continue
-        rows = d["WARPS"] * d.get("ROWS", 1)  # rows of W a block
+        rows = 16 if vid == "06_mma" else d["WARPS"] * d.get("ROWS", 1)  # rows of W a block
         assert threads == 32 * d["WARPS"]
         assert L.grid[0] * rows >= N > (L.grid[0] - 1) * rows, (vid, s, L)
         if vid != "04_split_k":
@@ -210,9 +211,11 @@ def test_kernels_compile_without_spills_with_their_loads(built, vid):
     if vid == "01_thread_per_output":
         assert not wide and "SHFL.BFLY" not in ops  # 2-byte loads, no reduction
         assert any(op.startswith("LDG.E.U16") for op in ops)
+    elif vid == "06_mma":  # 16-byte loads into the tensor cores, warps added in shared memory
+        assert wide and "HMMA.16816.F32.BF16" in ops and "SHFL.BFLY" not in ops, sorted(ops)
     else:
         assert wide and "SHFL.BFLY" in ops, sorted(ops)  # 16-byte loads, shuffle reduction
-    if vid in ("03_rows_per_warp", "04_split_k"):
+    if vid in ("03_rows_per_warp", "04_split_k", "06_mma"):
         assert "LDG.E.EF.128" in ops, sorted(ops)  # W streamed (ld.global.cs: evict first)
     threads = v.launch(STUDY.headline).block[0]
     assert 0 < r.registers <= 65536 // threads

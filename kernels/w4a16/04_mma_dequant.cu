@@ -25,7 +25,7 @@
 //
 // Sizes: any M, N; K a multiple of 128. Launch: grid (cdiv(N, 16)), block (32 * WARPS),
 // static shared memory WARPS * 4 * 4 * 32 floats.
-#include <cuda_bf16.h>
+#include "../common/mma.cuh"
 
 #ifndef WARPS
 #define WARPS 4
@@ -37,32 +37,12 @@
 #define MIN_BLOCKS (16 / WARPS)  // 16 warps an SM: at most 128 registers a thread
 #endif
 
-__device__ __forceinline__ void mma_bf16(float (&d)[4], unsigned a0, unsigned a1, unsigned a2,
-                                         unsigned a3, unsigned b0, unsigned b1)
-{
-#ifdef KERNELBOOK_EMU
-  emu_mma_m16n8k16_bf16(d, a0, a1, a2, a3, b0, b1);
-#else
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-#endif
-}
-
 // nibbles S_ and S_ + 4 of word q, minus 8, as two bf16 (nibble S_ in the low half): exact
 template <int S_>
 __device__ __forceinline__ unsigned nib_pair(unsigned q)
 {
   const unsigned v = ((q >> (4 * S_)) & 0x000F000Fu) | 0x43004300u;  // 128 + n, twice
-#ifdef KERNELBOOK_EMU
-  return emu_bf16x2_sub(v, 0x43084308u);
-#else
-  unsigned r;
-  asm("sub.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(v), "r"(0x43084308u));  // - 136, twice
-  return r;
-#endif
+  return bf16x2_sub(v, 0x43084308u);  // - 136, twice
 }
 
 // x's elements S_ and S_ + 4 of 8 consecutive bf16 (a 16-byte load), in nib_pair's order
@@ -73,8 +53,9 @@ __device__ __forceinline__ unsigned x_pair(uint4 v)
   return __byte_perm(lo, hi, S_ % 2 == 0 ? 0x5410 : 0x7632);
 }
 
-// y[m0 .. m0 + 8 * MT) x [n0 .. n0 + 16) of this block: MT n8 tiles of batch rows
 typedef float Partials[WARPS][4][4][32];  // each warp's accumulators, lane-major
+
+// y[m0 .. m0 + 8 * MT) x [n0 .. n0 + 16) of this block: MT n8 tiles of batch rows
 
 template <int MT>
 __device__ __forceinline__ void w4_mma_tile(Partials& part, int M, int N, int K, int m0, int n0,
@@ -137,27 +118,7 @@ __device__ __forceinline__ void w4_mma_tile(Partials& part, int M, int N, int K,
       }
     }
   }
-#pragma unroll
-  for (int j = 0; j < MT; ++j)
-#pragma unroll
-    for (int r = 0; r < 4; ++r) part[warp][j][r][lane] = acc[j][r];
-  __syncthreads();
-  if (warp == 0) {
-#pragma unroll
-    for (int j = 0; j < MT; ++j) {
-      float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      for (int w = 0; w < WARPS; ++w)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) s[r] += part[w][j][r][lane];
-      const int m = m0 + 8 * j + 2 * t;  // C fragment: rows g and g + 8, batch rows 2t, 2t + 1
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int n = r < 2 ? ra : rb, mm = m + r % 2;
-        if (n < N && mm < M) y[(size_t)mm * N + n] = __float2bfloat16_rn(s[r]);
-      }
-    }
-  }
-  __syncthreads();  // part is free for the next batch chunk
+  sum_warps_store<WARPS, MT>(part, acc, M, N, m0, n0, y);
 }
 
 extern "C" __global__ void __launch_bounds__(32 * WARPS, MIN_BLOCKS)
