@@ -286,7 +286,8 @@ INFO, WHY = gpu.detect()
 FAST = {"studies": ["w4a16"], "timing": CHECK_TIMING}
 # small; odd N (rows past N), M past the batch tile; K of one group and of 113; the headline
 GPU_SIZES = ["4x256x512", "3x1001x1152", "33x4096x14464", "1x28672x4096"]
-GPU_JOBS = ["01_i2f_warp_per_row", "02_i2f_rows_per_warp", STUDY.candidates[-1].id]
+# every plain step, and the tuned step through its last candidate
+GPU_JOBS = [v.id for v in STUDY.variants if not v.is_tuned] + [STUDY.candidates[-1].id]
 
 
 def _bench(tmp_path, variant, *sizes):

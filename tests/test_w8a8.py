@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from conftest import CHECK_TIMING, REPO, bench_rows
+from conftest import CHECK_TIMING, REPO, bench_rows, candidate_sample
 from cuda_emu import emu_workdir
 
 from kernelbook import config as cfg
@@ -33,6 +33,8 @@ PROJECT = cfg.load_project_file(REPO / "config" / "config.yaml", overrides={"stu
 STUDY = PROJECT.study("w8a8")
 W8 = problems.get("w8a8")
 SIMT = STUDY.variant("01_simt_rows_per_warp")
+# every kernel as it is built and benched: plain steps, and a tuned step's candidates
+JOBS = [v for v in STUDY.variants if not v.is_tuned] + list(STUDY.candidates)
 
 
 def test_e4m3_values_agree_with_torch_for_every_byte():
@@ -73,7 +75,7 @@ def test_size_rule_cost_model_and_study():
     assert STUDY.figure_of_merit == "gbps" and STUDY.bandwidth_reference == "read"
 
 
-@pytest.mark.parametrize("v", STUDY.variants, ids=lambda v: v.id)
+@pytest.mark.parametrize("v", JOBS, ids=lambda v: v.id)
 def test_launch_geometry_covers_every_row(v):
     d = v.defines
     rows = d["WARPS"] * d["ROWS"] if "ROWS" in d else 8 * d["NT"]
@@ -93,10 +95,10 @@ def built(tmp_path_factory):
         return v.id, build.compile_variant(v, ARCH, FLAGS, REPO, out / v.id / "kernel.cubin")
 
     with ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(pool.map(one, STUDY.variants))
+        return dict(pool.map(one, JOBS))
 
 
-@pytest.mark.parametrize("v", STUDY.variants, ids=lambda v: v.id)
+@pytest.mark.parametrize("v", JOBS, ids=lambda v: v.id)
 def test_kernels_compile_without_spills_on_the_pipes_they_claim(built, v):
     res = built[v.id]
     r = res.resources
@@ -106,7 +108,7 @@ def test_kernels_compile_without_spills_on_the_pipes_they_claim(built, v):
     assert "LDG.E.EF.128" in ops and "LDG.E.128.CONSTANT" in ops, sorted(ops)  # 16-byte loads
     assert not {op for op in ops if op.startswith("I2F")}, sorted(ops)
     tensor = {op for op in ops if op.startswith("HMMA")}
-    if v.id == "02_mma_e4m3":
+    if v.entry == "w8_mma_e4m3":  # 02 and 03's candidates
         assert tensor, sorted(ops)
     else:
         assert not tensor and "SHFL.BFLY" in ops and "FMUL" in ops, sorted(ops)
@@ -231,7 +233,11 @@ FAST = {"studies": ["w8a8"], "timing": CHECK_TIMING}
 GPU_SIZES = ["4x256x512", "17x1001x1040", "33x4096x4112", "16x14336x4096"]
 
 
-@pytest.mark.parametrize("vid", [v.id for v in STUDY.variants])
+@pytest.mark.parametrize(
+    "vid",
+    [v.id for v in STUDY.variants if not v.is_tuned]
+    + [c for v in STUDY.variants if v.is_tuned for c in candidate_sample("w8a8", v.id)],
+)
 @pytest.mark.gpu
 @pytest.mark.skipif(INFO is None, reason=f"no GPU here: {WHY}")
 def test_both_steps_and_baselines_correct_on_the_gpu(tmp_path, vid):

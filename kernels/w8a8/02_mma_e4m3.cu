@@ -32,6 +32,9 @@
 #ifndef NT
 #define NT 2
 #endif
+#ifndef UNR
+#define UNR 1  // chunks of K a warp loads before using any (03 tunes it)
+#endif
 
 __device__ __forceinline__ void mma_e4m3(float (&d)[4], unsigned a0, unsigned a1, unsigned a2,
                                          unsigned a3, unsigned b0, unsigned b1)
@@ -59,22 +62,27 @@ w8_mma_e4m3(int M, int N, int K, const unsigned char* __restrict__ xq,
 #pragma unroll
     for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
     const int ra = m0 + g, rb = m0 + g + 8;
-    for (int c = warp; c < chunks; c += WARPS) {
-      const int k = c * 64 + 16 * t;
-      const bool kin = k < K;
-      const uint4 xa = kin && ra < M ? __ldg(reinterpret_cast<const uint4*>(xq + (size_t)ra * K + k)) : zero;
-      const uint4 xb = kin && rb < M ? __ldg(reinterpret_cast<const uint4*>(xq + (size_t)rb * K + k)) : zero;
-      uint4 w[NT];
+    for (int c0 = warp; c0 < chunks; c0 += WARPS * UNR) {
+      uint4 xa[UNR], xb[UNR], w[UNR][NT];  // UNR chunks' loads issued before any is used
 #pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        const int n = n0 + 8 * j + g;
-        w[j] = kin && n < N ? __ldcs(reinterpret_cast<const uint4*>(Wq + (size_t)n * K + k)) : zero;
+      for (int u = 0; u < UNR; ++u) {
+        const int k = (c0 + u * WARPS) * 64 + 16 * t;
+        const bool kin = k < K;  // false for a chunk past the last, too
+        xa[u] = kin && ra < M ? __ldg(reinterpret_cast<const uint4*>(xq + (size_t)ra * K + k)) : zero;
+        xb[u] = kin && rb < M ? __ldg(reinterpret_cast<const uint4*>(xq + (size_t)rb * K + k)) : zero;
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          const int n = n0 + 8 * j + g;
+          w[u][j] = kin && n < N ? __ldcs(reinterpret_cast<const uint4*>(Wq + (size_t)n * K + k)) : zero;
+        }
       }
 #pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        mma_e4m3(acc[j], xa.x, xb.x, xa.y, xb.y, w[j].x, w[j].y);
-        mma_e4m3(acc[j], xa.z, xb.z, xa.w, xb.w, w[j].z, w[j].w);
-      }
+      for (int u = 0; u < UNR; ++u)
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          mma_e4m3(acc[j], xa[u].x, xb[u].x, xa[u].y, xb[u].y, w[u][j].x, w[u][j].y);
+          mma_e4m3(acc[j], xa[u].z, xb[u].z, xa[u].w, xb[u].w, w[u][j].z, w[u][j].w);
+        }
     }
 #pragma unroll
     for (int j = 0; j < NT; ++j)
