@@ -90,9 +90,29 @@ def test_k_off_the_group_is_refused_by_name(tmp_path):
         cfg.load_project_file(root / "config" / "config.yaml", overrides={"studies": ["w4a16"]})
 
 
+def test_tinygemm_operands_dequantize_to_the_problems_weights():
+    """The tinygemm_int4 baseline hands PyTorch's int4 kernel W as bytes of two nibbles (even
+    k high) and scales with zero offsets as K/128 x N x 2: read back the way that kernel
+    dequantizes ((q - 8) * scale + zero), they are the problem's weights exactly."""
+    torch = pytest.importorskip("torch")
+    N, K = 24, 384
+    Wq, S = w4a16.quantize(np, np.random.default_rng(3).standard_normal((N, K)).astype(np.float32))
+    q = (Wq[:, :, None] >> (np.arange(8, dtype=np.uint32) * 4)) & np.uint32(15)
+    q = torch.from_numpy(q.reshape(N, K).astype(np.int32))
+    scales = torch.from_numpy(S.view(np.int16)).view(torch.bfloat16)
+    q8, sz = w4a16.tinygemm_operands(torch, q, scales)
+    assert q8.dtype == torch.uint8 and q8.shape == (N, K // 2)
+    assert sz.dtype == torch.bfloat16 and sz.shape == (K // 128, N, 2) and sz.is_contiguous()
+    nibbles = torch.stack([q8 >> 4, q8 & 15], dim=2).reshape(N, K).double()
+    scale, zero = (sz[:, :, i].t().double().repeat_interleave(128, dim=1) for i in (0, 1))
+    w = (nibbles - 8) * scale + zero
+    np.testing.assert_array_equal(w.numpy(), w4a16.dequantized(np, Wq, S).reshape(N, K))
+
+
 def test_study_loads_with_both_baselines_and_the_read_roof():
     assert len(STUDY.sizes) == 30 and all(s["K"] % 128 == 0 for s in STUDY.sizes)
-    assert STUDY.baseline == "dequant_matmul" and STUDY.extra_baselines == ("cublas_bf16",)
+    assert STUDY.baseline == "dequant_matmul"
+    assert STUDY.extra_baselines == ("cublas_bf16", "tinygemm_int4")
     assert STUDY.figure_of_merit == "gbps" and STUDY.bandwidth_reference == "read"
     assert STUDY.headline == {"M": 1, "N": 28672, "K": 4096}
     assert [c.tune_point for c in STUDY.candidates] == [
@@ -304,5 +324,11 @@ def test_every_variant_and_both_baselines_correct_on_the_gpu(tmp_path, vid):
         assert row["status"] == "ok", row[["size", "status", "reason"]].to_dict()
         assert row["correct"] and row["rel_err"] < row["tolerance"], row["rel_err"]
         assert row["baseline_rel_err"] < row["tolerance"]
-        extra = json.loads(row["extra_baselines"])["cublas_bf16"]
+        extras = json.loads(row["extra_baselines"])
+        extra = extras["cublas_bf16"]
         assert extra["rel_err"] < row["tolerance"] and extra["median_ms"] > 0
+        tiny = extras["tinygemm_int4"]  # on the host's torch; it may refuse N % 8 != 0
+        if row["N"] % 8:
+            assert "rel_err" in tiny or tiny["error"], tiny
+        else:
+            assert tiny.get("rel_err", 1) < row["tolerance"] and tiny["median_ms"] > 0, tiny

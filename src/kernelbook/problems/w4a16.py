@@ -92,6 +92,8 @@ class W4A16(Problem):
         "torch.matmul(x, W.t(), out=y)",
         "cublas_bf16": "cuBLAS BF16 torch.matmul(x, W.t(), out=y) on the same weights held "
         "in bf16 (dequantized once, before timing): what the 4-bit format saves",
+        "tinygemm_int4": "PyTorch's own int4 weight-only kernel (tinygemm, the one torchao's "
+        "int4 layout runs): torch._weight_int4pack_mm(x, W packed once, 128, scales and zeros)",
     }
     default_params = {}
     figure_of_merit = "gbps"
@@ -182,6 +184,8 @@ class W4A16(Problem):
             def run():
                 torch.matmul(x, dequant().t(), out=y)
 
+        elif name == "tinygemm_int4":
+            run, last = _tinygemm(torch, x, Wq, S, shifts)
         else:
             wt = dequant().t()
 
@@ -190,8 +194,22 @@ class W4A16(Problem):
 
         y.fill_(float("nan"))
         run()
+        if name == "tinygemm_int4":
+            y.copy_(last())  # the op allocates its output; the copy stays out of the timing
         torch.cuda.synchronize()
         rel = bf16_rel_err(cp, y, case.reference["y"])
+        if name == "tinygemm_int4":
+            if not rel < TOLERANCE:  # a packing this torch reads otherwise: not a baseline
+                raise ValueError(
+                    f"torch {torch.__version__}'s _weight_int4pack_mm gives rel_err {rel:.3g} "
+                    f"on these weights (tolerance {TOLERANCE}): its int4 packing differs"
+                )
+            mode = (
+                f"torch {torch.__version__}: _weight_int4pack_mm (tinygemm), W repacked once "
+                "before timing (_convert_weight_to_int4pack, inner k tiles 8), scales with "
+                "zero offsets 0 (w = (q - 8) * scale), bf16 in/out"
+            )
+            return Baseline(name=name, mode=mode, run=run, rel_err=rel)
         how = (
             "unpack (shift, mask), (q - 8) to bf16 times the group's scale, every call, then"
             if name == "dequant_matmul"
@@ -202,3 +220,31 @@ class W4A16(Problem):
             "fp32 accumulate"
         )
         return Baseline(name=name, mode=mode, run=run, rel_err=rel)
+
+
+def tinygemm_operands(torch, q, S):
+    """tinygemm's operands from nibbles ``q`` (N x K, values 0..15, int32) and scales ``S``
+    (N x K/128 bf16): q as bytes of two nibbles, the even k high (what
+    _convert_weight_to_int4pack reads since torch 2.5), and the scales with a zero offset of 0
+    each, as K/128 x N x 2 (tinygemm dequantizes (q - 8) * scale + zero)."""
+    n = q.shape[0]
+    q8 = ((q[:, ::2] << 4) | q[:, 1::2]).to(torch.uint8)
+    s = S.reshape(n, -1)
+    sz = torch.stack([s, torch.zeros_like(s)], dim=2).transpose(0, 1).contiguous()
+    return q8, sz
+
+
+def _tinygemm(torch, x, Wq, S, shifts):
+    """(run, last) of the tinygemm_int4 baseline: W repacked once, before timing; each run()
+    is the one kernel, its output (the op allocates it) kept for last()."""
+    N = Wq.shape[0]
+    q = ((Wq.unsqueeze(-1) >> shifts) & 15).view(N, -1)  # N x K, nibble j of word c at 8c + j
+    q8, sz = tinygemm_operands(torch, q, S)
+    packed = torch.ops.aten._convert_weight_to_int4pack(q8, 8)
+    del q, q8
+    out = {}
+
+    def run():
+        out["y"] = torch.ops.aten._weight_int4pack_mm(x, packed, GROUP, sz)
+
+    return run, lambda: out["y"]
