@@ -29,11 +29,10 @@ paged_split_kv(int B, int L, int max_pages, const int* __restrict__ lens,
                const __nv_bfloat16* __restrict__ kc, const __nv_bfloat16* __restrict__ vc,
                __nv_bfloat16* __restrict__ o, float* __restrict__ ws)
 {
-  const int kvh = blockIdx.x, b = blockIdx.y, z = blockIdx.z, S = gridDim.z;
+  const int kvh = blockIdx.x, b = blockIdx.y, z = blockIdx.z;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (kvh == 0 && b == 0 && z == 0 && threadIdx.x == 0) reinterpret_cast<int*>(ws)[0] = S;
-  const int chunk = ((L + S - 1) / S + P - 1) / P * P;
-  const int t0 = z * chunk, t1 = min(lens[b], t0 + chunk);
+  int t0, t1;
+  split_range(L, lens, ws, t0, t1);
   float qf[G][4];
   load_queries(qf, b, kvh, lane, q);
   Part pt[G];

@@ -48,11 +48,10 @@ paged_page_per_warp(int B, int L, int max_pages, const int* __restrict__ lens,
                     const __nv_bfloat16* __restrict__ kc, const __nv_bfloat16* __restrict__ vc,
                     __nv_bfloat16* __restrict__ o, float* __restrict__ ws)
 {
-  const int kvh = blockIdx.x, b = blockIdx.y, z = blockIdx.z, S = gridDim.z;
+  const int kvh = blockIdx.x, b = blockIdx.y, z = blockIdx.z;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (kvh == 0 && b == 0 && z == 0 && threadIdx.x == 0) reinterpret_cast<int*>(ws)[0] = S;
-  const int chunk = ((L + S - 1) / S + P - 1) / P * P;  // whole pages
-  const int t0 = z * chunk, t1 = min(lens[b], t0 + chunk);
+  int t0, t1;
+  split_range(L, lens, ws, t0, t1);
 
   __shared__ float4 qs[G][D / 4];    // the group's queries, times log2(e) / sqrt(D)
   __shared__ float4 ps[WARPS][G][P / 4];  // a warp's page: each head's 16 probabilities

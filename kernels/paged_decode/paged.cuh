@@ -164,6 +164,19 @@ __device__ __forceinline__ float* record(float* ws, int b, int h, int z)
   return ws + 64 + ((size_t)(b * HQ + h) * MAX_SPLIT + z) * REC;  // 64 floats: the header
 }
 
+// block (kvh, b, z) of a grid (HKV, B, S): the tokens [t0, t1) of sequence b it takes, whole
+// pages of an even split of L (a split past b's length gets t0 >= t1); the first block writes
+// S into the workspace's header for the combine
+__device__ __forceinline__ void split_range(int L, const int* __restrict__ lens,
+                                            float* __restrict__ ws, int& t0, int& t1)
+{
+  const int b = blockIdx.y, z = blockIdx.z, S = gridDim.z;
+  if (blockIdx.x == 0 && b == 0 && z == 0 && threadIdx.x == 0) reinterpret_cast<int*>(ws)[0] = S;
+  const int chunk = ((L + S - 1) / S + P - 1) / P * P;
+  t0 = z * chunk;
+  t1 = min(lens[b], t0 + chunk);
+}
+
 // this lane's 4 dims of a block's merged result for query head h of sequence b, split z
 __device__ __forceinline__ void store_record(float* ws, int b, int h, int z, int lane,
                                              const Part& r)
