@@ -88,12 +88,12 @@ inline void emu_mma_m16n8k16_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint3
   float out[4];
   for (int i = 0; i < 4; ++i) {
     const int r = lane / 4 + (i >= 2 ? 8 : 0), c = 2 * (lane % 4) + i % 2;
-    float s = 0.0f;
-    for (int k = 0; k < 16; ++k) s += A(r, k) * B(k, c);
-    out[i] = s;
+    double s = 0;  // the 16 products exactly, one rounding into the FP32 accumulator
+    for (int k = 0; k < 16; ++k) s += (double)A(r, k) * B(k, c);
+    out[i] = d[i] + (float)s;
   }
   emu_warps[w]->arrive_and_wait();
-  for (int i = 0; i < 4; ++i) d[i] += out[i];
+  for (int i = 0; i < 4; ++i) d[i] = out[i];
 }
 // sub.rn.bf16x2
 inline uint32_t emu_bf16x2_sub(uint32_t a, uint32_t b) {

@@ -214,9 +214,6 @@ HGEMM_EMU = r"""
 #include "cuda_bf16.h"
 #include <algorithm>
 using std::min;
-inline void __syncwarp() {
-  emu_warps[(threadIdx.x + threadIdx.y * blockDim.x) / 32]->arrive_and_wait();
-}
 inline int emu_lane() { return (threadIdx.x + threadIdx.y * blockDim.x) % 32; }
 #include <atomic>
 inline std::atomic<int> emu_ldsm_ways{0};  // worst LDSM phase: 16-byte accesses per bank group
@@ -248,31 +245,8 @@ inline void ldsm_x4(uint32_t& d0, uint32_t& d1, uint32_t& d2, uint32_t& d3, uint
   __syncwarp();
   d0 = d[0]; d1 = d[1]; d2 = d[2]; d3 = d[3];
 }
-inline float emu_half(uint32_t w, int hi) {
-  __nv_bfloat16 h{(unsigned short)(hi ? w >> 16 : w & 0xffff)};
-  return __bfloat162float(h);
-}
 inline void mma_bf16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
-  uint32_t* x = emu_xw();
-  const int l = emu_lane();
-  for (int i = 0; i < 4; ++i) x[l * 8 + i] = a[i];
-  x[l * 8 + 4] = b0; x[l * 8 + 5] = b1;
-  __syncwarp();
-  auto A = [&](int r, int k) {  // a0:(g,k0-7) a1:(g+8,k0-7) a2:(g,k8-15) a3:(g+8,k8-15)
-    return emu_half(x[((r % 8) * 4 + (k % 8) / 2) * 8 + (r / 8) + 2 * (k / 8)], k % 2);
-  };
-  auto B = [&](int k, int n) {  // b0: k0-7, b1: k8-15; lane = n*4 + (k%8)/2
-    return emu_half(x[(n * 4 + (k % 8) / 2) * 8 + 4 + k / 8], k % 2);
-  };
-  float out[4];
-  for (int q = 0; q < 4; ++q) {
-    const int r = l / 4 + 8 * (q / 2), c = (l % 4) * 2 + q % 2;
-    double s = 0;
-    for (int k = 0; k < 16; ++k) s += (double)A(r, k) * B(k, c);
-    out[q] = d[q] + (float)s;
-  }
-  __syncwarp();
-  for (int q = 0; q < 4; ++q) d[q] = out[q];
+  emu_mma_m16n8k16_bf16(*reinterpret_cast<float(*)[4]>(d), a[0], a[1], a[2], a[3], b0, b1);
 }
 inline void cp_async_16(uint32_t dst, const void* src, bool valid) {
   char* p = const_cast<char*>(emu_ptr(dst));
