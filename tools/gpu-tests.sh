@@ -16,6 +16,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 logs=results/logs/gpu-tests
 mkdir -p "$logs"
+# one cubin cache for every pytest process of the run: each kernel compiled once, not once a test
+export KERNELBOOK_CUBIN_CACHE=${KERNELBOOK_CUBIN_CACHE:-$(mktemp -d -t kernelbook-gpu-tests-cubins-XXXX)}
 all=$(python3 -m pytest -m gpu --collect-only -q 2>/dev/null | grep '::')
 if [ -z "$all" ]; then
   echo "no GPU tests collected" >&2
