@@ -178,6 +178,26 @@ def has_gpu() -> bool:
         return False
 
 
+def compile_variants(
+    tmp_path_factory, name: str, variants, arch="sm_90", flags=("-O3", "-lineinfo")
+):
+    """nvcc of every one of ``variants`` (two at a time) into a fresh folder: {id: BuildResult};
+    the test is skipped where nvcc is missing."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kernelbook.build import nvcc as build
+
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not on PATH")
+    out = tmp_path_factory.mktemp(name)
+
+    def one(v):
+        return v.id, build.compile_variant(v, arch, list(flags), REPO, out / v.id / "kernel.cubin")
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(pool.map(one, variants))
+
+
 def gpu_test_kernels():
     """(project, study, variant) of every CUDA kernel the GPU tests build: each study's plain
     variants and its tuned variants' candidate samples (candidate_sample)."""

@@ -169,3 +169,28 @@ def emu_workdir(tmp_path_factory, name: str, driver: str):
     (d / "cuda_bf16.h").write_text(BF16)
     (d / "driver.cpp").write_text(driver)
     return d
+
+
+def emu_build(emu_dir, v, name=None):
+    """``emu_dir``'s driver.cpp (emu_workdir) built by g++ against variant ``v``'s source:
+    KFILE and KERNEL, its defines, KERNEL1, KERNEL2, ... for the kernels it launches after
+    its own (then:) and WORKSPACE where it takes one. Built once a name (default: v.id); an
+    AssertionError with g++'s message if it fails."""
+    import subprocess
+    from pathlib import Path
+
+    exe = Path(emu_dir) / (name or v.id)
+    if exe.exists():
+        return exe
+    repo = Path(__file__).resolve().parents[1]
+    cmd = ["g++", "-std=c++20", "-O1", "-pthread", "-w", f"-I{emu_dir}"]
+    cmd += [f'-DKFILE="{repo / v.source}"', f"-DKERNEL={v.entry}"]
+    if v.workspace:
+        cmd += ["-DWORKSPACE=1"]
+    cmd += [f"-DKERNEL{i + 1}={t['entry']}" for i, t in enumerate(v.then)]
+    cmd += [f"-D{k}={x}" for k, x in v.defines.items()]
+    proc = subprocess.run(
+        [*cmd, str(Path(emu_dir) / "driver.cpp"), "-o", str(exe)], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return exe

@@ -11,16 +11,14 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from conftest import CHECK_TIMING, REPO, bench_rows, kernelbook_cli
-from cuda_emu import emu_workdir
+from conftest import CHECK_TIMING, REPO, bench_rows, compile_variants, kernelbook_cli
+from cuda_emu import emu_build, emu_workdir
 
 from kernelbook import config as cfg
 from kernelbook import gpu, problems
-from kernelbook.build import nvcc as build
 from kernelbook.problems.base import Case, GuardedArray, NonFinite
 from kernelbook.problems.softmax import BF16_NAN, bf16_bits, bf16_values
 
@@ -186,16 +184,8 @@ def test_split_k_splits_the_short_n_shapes_only():
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    if shutil.which("nvcc") is None:
-        pytest.skip("nvcc not on PATH")
-    out = tmp_path_factory.mktemp("decode-cubins")
-
-    def one(vid):
-        v = STUDY.variant(vid)
-        return vid, build.compile_variant(v, ARCH, FLAGS, REPO, out / vid / "kernel.cubin")
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(pool.map(one, CUDA_VIDS))
+    variants = [STUDY.variant(vid) for vid in CUDA_VIDS]
+    return compile_variants(tmp_path_factory, "decode-cubins", variants, ARCH, FLAGS)
 
 
 @pytest.mark.parametrize("vid", CUDA_VIDS)
@@ -288,21 +278,7 @@ def emu_dir(tmp_path_factory):
 
 
 def _emu_exe(emu_dir, vid):
-    v = STUDY.variant(vid)
-    exe = emu_dir / vid
-    if exe.exists():
-        return exe
-    cmd = ["g++", "-std=c++20", "-O1", "-pthread", "-w", f"-I{emu_dir}"]
-    cmd += [f'-DKFILE="{REPO / v.source}"', f"-DKERNEL={v.entry}"]
-    if v.workspace:
-        cmd += ["-DWORKSPACE=1"]
-    cmd += [f"-DKERNEL{i + 1}={t['entry']}" for i, t in enumerate(v.then)]
-    cmd += [f"-D{k}={x}" for k, x in v.defines.items()]
-    proc = subprocess.run(
-        [*cmd, str(emu_dir / "driver.cpp"), "-o", str(exe)], capture_output=True, text=True
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return exe
+    return emu_build(emu_dir, STUDY.variant(vid))
 
 
 def _emulate(emu_dir, vid, sizes, launches=None):

@@ -8,18 +8,15 @@ bench both steps beside SDPA at small and odd sizes."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from conftest import CHECK_TIMING, REPO, bench_rows
-from cuda_emu import emu_workdir
+from conftest import CHECK_TIMING, REPO, bench_rows, compile_variants
+from cuda_emu import emu_build, emu_workdir
 
 from kernelbook import config as cfg
 from kernelbook import gpu, problems
-from kernelbook.build import nvcc as build
 from kernelbook.problems import paged_decode as pd_
 from kernelbook.problems.base import NonFinite
 from kernelbook.problems.softmax import bf16_values
@@ -103,15 +100,7 @@ def test_split_count_fills_the_machine_at_small_batch_only():
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    if shutil.which("nvcc") is None:
-        pytest.skip("nvcc not on PATH")
-    out = tmp_path_factory.mktemp("pd-cubins")
-
-    def one(v):
-        return v.id, build.compile_variant(v, ARCH, FLAGS, REPO, out / v.id / "kernel.cubin")
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(pool.map(one, STUDY.variants))
+    return compile_variants(tmp_path_factory, "pd-cubins", STUDY.variants, ARCH, FLAGS)
 
 
 @pytest.mark.parametrize("v", STUDY.variants, ids=lambda v: v.id)
@@ -185,24 +174,9 @@ def emu_dir(tmp_path_factory):
     return emu_workdir(tmp_path_factory, "pd-emu", DRIVER)
 
 
-def _exe(emu_dir, v):
-    exe = emu_dir / v.id
-    if exe.exists():
-        return exe
-    cmd = ["g++", "-std=c++20", "-O1", "-pthread", "-w", f"-I{emu_dir}"]
-    cmd += [f'-DKFILE="{REPO / v.source}"', f"-DKERNEL={v.entry}"]
-    if v.workspace:
-        cmd += ["-DWORKSPACE=1"]
-    cmd += [f"-DKERNEL{i + 1}={t['entry']}" for i, t in enumerate(v.then)]
-    cmd += [f"-D{k}={x}" for k, x in v.defines.items()]
-    proc = subprocess.run([*cmd, str(emu_dir / "driver.cpp"), "-o", str(exe)], capture_output=True)
-    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
-    return exe
-
-
 def _emulate(emu_dir, v, B, L, launches=None):
     case = _case(B, L)
-    exe = _exe(emu_dir, v)
+    exe = emu_build(emu_dir, v)
     sizes = {"B": B, "L": L}
     o = case.outputs["O"]
     files = {}

@@ -11,16 +11,14 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from conftest import CHECK_TIMING, REPO, bench_rows
-from cuda_emu import emu_workdir
+from conftest import CHECK_TIMING, REPO, bench_rows, compile_variants
+from cuda_emu import emu_build, emu_workdir
 
 from kernelbook import config as cfg
 from kernelbook import gpu, problems
-from kernelbook.build import nvcc as build
 from kernelbook.config import ConfigError
 from kernelbook.problems import w4a16
 from kernelbook.problems.base import Case, GuardedArray, NonFinite, WrongResult
@@ -136,15 +134,7 @@ def test_launch_geometry_covers_every_row(v):
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    if shutil.which("nvcc") is None:
-        pytest.skip("nvcc not on PATH")
-    out = tmp_path_factory.mktemp("w4-cubins")
-
-    def one(v):
-        return v.id, build.compile_variant(v, ARCH, FLAGS, REPO, out / v.id / "kernel.cubin")
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(pool.map(one, BUILT))
+    return compile_variants(tmp_path_factory, "w4-cubins", BUILT, ARCH, FLAGS)
 
 
 @pytest.mark.parametrize("v", BUILT, ids=lambda v: v.id)
@@ -211,20 +201,6 @@ def emu_dir(tmp_path_factory):
     return emu_workdir(tmp_path_factory, "w4-emu", DRIVER)
 
 
-def _emu_exe(emu_dir, v):
-    exe = emu_dir / v.id
-    if exe.exists():
-        return exe
-    cmd = ["g++", "-std=c++20", "-O1", "-pthread", "-w", f"-I{emu_dir}"]
-    cmd += [f'-DKFILE="{REPO / v.source}"', f"-DKERNEL={v.entry}"]
-    cmd += [f"-D{k}={x}" for k, x in v.defines.items()]
-    proc = subprocess.run(
-        [*cmd, str(emu_dir / "driver.cpp"), "-o", str(exe)], capture_output=True, text=True
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return exe
-
-
 def _case(sizes) -> Case:
     """The problem's inputs at ``sizes`` made with NumPy through its own quantizer, and its
     float64 reference (what setup builds with CuPy on a GPU)."""
@@ -250,7 +226,7 @@ def _case(sizes) -> Case:
 
 
 def _emulate(emu_dir, v, sizes, grid=None, case=None):
-    exe = _emu_exe(emu_dir, v)
+    exe = emu_build(emu_dir, v)
     case = case or _case(sizes)
     y = case.outputs["y"]
     files = {n: emu_dir / f"{v.id}-{n}.bin" for n in ("x", "Wq", "S", "y")}

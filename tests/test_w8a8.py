@@ -9,18 +9,15 @@ gpu) bench both steps and both baselines at small and odd shapes."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from conftest import CHECK_TIMING, REPO, bench_rows, candidate_sample
-from cuda_emu import emu_workdir
+from conftest import CHECK_TIMING, REPO, bench_rows, candidate_sample, compile_variants
+from cuda_emu import emu_build, emu_workdir
 
 from kernelbook import config as cfg
 from kernelbook import gpu, problems
-from kernelbook.build import nvcc as build
 from kernelbook.problems import w8a8
 from kernelbook.problems.base import Case, GuardedArray, NonFinite
 from kernelbook.problems.softmax import BF16_NAN
@@ -87,15 +84,7 @@ def test_launch_geometry_covers_every_row(v):
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    if shutil.which("nvcc") is None:
-        pytest.skip("nvcc not on PATH")
-    out = tmp_path_factory.mktemp("w8-cubins")
-
-    def one(v):
-        return v.id, build.compile_variant(v, ARCH, FLAGS, REPO, out / v.id / "kernel.cubin")
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(pool.map(one, JOBS))
+    return compile_variants(tmp_path_factory, "w8-cubins", JOBS, ARCH, FLAGS)
 
 
 @pytest.mark.parametrize("v", JOBS, ids=lambda v: v.id)
@@ -155,13 +144,7 @@ GUARD = 64
 @pytest.fixture(scope="module")
 def emu_exe(tmp_path_factory):
     d = emu_workdir(tmp_path_factory, "w8-emu", DRIVER)
-    exe = d / "simt"
-    cmd = ["g++", "-std=c++20", "-O1", "-pthread", "-w", f"-I{d}"]
-    cmd += [f'-DKFILE="{REPO / SIMT.source}"', f"-DKERNEL={SIMT.entry}"]
-    cmd += [f"-D{k}={x}" for k, x in SIMT.defines.items()]
-    proc = subprocess.run([*cmd, str(d / "driver.cpp"), "-o", str(exe)], capture_output=True)
-    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
-    return exe
+    return emu_build(d, SIMT, "simt")
 
 
 def _case(sizes, every_byte=False) -> Case:
