@@ -1135,3 +1135,20 @@ def test_a_throttled_row_says_what_the_throttle_did_to_each_side():
     text = "\n".join(sections.attention(d))
     line = next(ln for ln in text.splitlines() if f"06_wgmma_tma** at {size}" in ln)
     assert "THROTTLED" in line and "cuBLAS " in line
+
+
+def test_reproduce_names_the_newest_of_several_measuring_commits():
+    """A run resumed from an earlier one holds rows of two commits: the page's `git checkout`
+    is the newest (by measured_at), and the page says the rows span commits."""
+    from kernelbook.report.data import StudyData
+    from kernelbook.report.sections import regenerate_commands
+
+    m = pd.read_parquet(REPO / "worklogs" / GPU / STUDY / "data" / "measurements.parquet")
+    early = m.assign(git_commit="a" * 40, measured_at="2026-01-01T00:00:00Z")
+    late = m.assign(git_commit="b" * 40, measured_at="2026-02-01T00:00:00Z")
+    one = regenerate_commands(StudyData(meta={"study": STUDY}, tables={"measurements": late}))
+    assert f"git checkout {'b' * 40}" in one and "commits" not in one
+    both = pd.concat([late.iloc[:1], early, late.iloc[1:]])
+    cmds = regenerate_commands(StudyData(meta={"study": STUDY}, tables={"measurements": both}))
+    assert f"git checkout {'b' * 40}" in cmds
+    assert "rows measured at 2 commits (aaaaaaa, bbbbbbb)" in cmds

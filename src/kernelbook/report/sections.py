@@ -154,8 +154,11 @@ def regenerate_commands(data: StudyData, worklogs: str = "worklogs") -> str:
     m = data.measurements
     gpu = distinct(m, "gpu_name") or "the GPU"
     where = f"{worklogs}/{_slug(gpu.split(', ')[0])}/{data.study}"
-    commits = [str(c) for c in dict.fromkeys(m["git_commit"].dropna())]
-    commit = commits[0].removesuffix("-dirty") if commits else "<commit>"
+    # Rows resumed from an earlier run keep the commit they were measured at; kernelbook check
+    # holds each row's source hash, so the newest commit measured reproduces every row.
+    by_time = m.assign(_t=pd.to_datetime(m["measured_at"], utc=True)).sort_values("_t")
+    commits = [str(c) for c in dict.fromkeys(by_time["git_commit"].dropna())]
+    commit = commits[-1].removesuffix("-dirty") if commits else "<commit>"
     dirty = any(c.endswith("-dirty") for c in commits)
     lines = []
     if data.mode == "replay":
@@ -167,6 +170,14 @@ def regenerate_commands(data: StudyData, worklogs: str = "worklogs") -> str:
     lines += [
         f"# measure again, on a machine with an {gpu}"
         + (" (the tree measured had uncommitted changes)" if dirty else ""),
+        *(
+            [
+                f"# rows measured at {len(commits)} commits ({', '.join(c[:7] for c in commits)}); "
+                "`kernelbook check` compares each row's source hash with the newest"
+            ]
+            if len(commits) > 1
+            else []
+        ),
         f"git checkout {commit}",
         "snakemake --cores 1 all",
         f"snakemake --cores 1 publish    # copies tables, figures and this page to {where}/",
