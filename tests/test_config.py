@@ -857,6 +857,39 @@ def test_winner_runs_confirm_each_tune_size_and_sweep_the_pick(sgemm, root):
     assert dict(tune.winner_runs(bare, bv, won)) == {bv.candidates[0]: list(bare.sizes)}
 
 
+def test_profile_and_sanitize_sizes_outside_the_tuning_run_the_sweep_pick_winner(project, tmp_path):
+    """w8a8's 03 is tuned at two M = 16 shapes and profiled at M = 1 and 16 on N = 14336,
+    neither of them tuned: profile and sanitize run the candidate that the variant's own job
+    ran there (the pick size's winner), not nothing."""
+    import pandas as pd
+
+    from kernelbook import problems, tune
+    from kernelbook.profile import job
+
+    study = cfg.load_study(REPO / "config" / "studies" / "w8a8.yaml", project.settings, REPO)
+    v = study.variant("03_mma_deep")
+    label = problems.get(study.problem).label
+    pick = tune.sweep_pick(study, v)
+    other = next(s for s in v.tune_sizes if s != pick)
+    won = {label(pick): v.candidates[1], label(other): v.candidates[2]}
+    assert all(s not in v.tune_sizes for s in study.profile_sizes)
+    for s in study.profile_sizes:
+        assert tune.candidate_at(study, v, won, s) == v.candidates[1]
+    assert tune.candidate_at(study, v, won, other) == v.candidates[2]
+    assert tune.candidate_at(study, v, {label(other): v.candidates[2]}, study.headline) is None
+    rows = [
+        {"size": label(s), "variant": v.id, "variant_kind": "tuned", "status": "ok",
+         "tuned_from": c, "median_ms": 1.0}
+        for s, c in ((pick, v.candidates[1]), (other, v.candidates[2]))
+    ]  # fmt: skip
+    path = tmp_path / "tuned.parquet"
+    pd.DataFrame(rows).to_parquet(path)
+    runs = job.targets(study, v, list(study.profile_sizes), tmp_path, tuned_table=path)
+    assert [(r.id, p.parent.name, z) for r, p, z in runs] == [
+        (v.candidates[1], v.candidates[1], [s]) for s in study.profile_sizes
+    ]
+
+
 def bare_label(s):
     return "x".join(str(s[k]) for k in ("M", "N", "K"))
 

@@ -1077,6 +1077,16 @@ def test_the_page_says_where_the_two_instruments_differ():
     assert notes[0].startswith("**03_smem** at 128x128x128: CUDA events read 9.66 µs against")
     assert "(+31 %)" in notes[0]
     assert "1 row(s) timed with CUDA events, not kernel time: CUPTI could not attach" in notes[1]
+    # several sizes of one variant: one line, the added time's range and the largest gap
+    more = {"variant": "03_smem", "size": "256x256x256", "status": "ok", "timing_method": "cupti",
+            "median_ms": 0.02, "event_median_ms": 0.0224, "timing_note": None}  # fmt: skip
+    notes = sections.instrument_notes(pd.concat([m, pd.DataFrame([more])]))
+    assert len(notes) == 2, notes
+    assert notes[0] == (
+        "**03_smem** at 2 sizes: CUDA events read 2.3 to 2.4 µs more than kernel time (+12 to "
+        "+31 %; most at 128x128x128, 9.66 µs against 7.36 µs of kernel time): the GPU's own "
+        "work around the launch, which the events count and the kernel does not."
+    )
     said = quality.timer_description(m)
     assert said.startswith("kernel time from CUPTI") and "CUDA events" in said
 
@@ -1152,3 +1162,15 @@ def test_reproduce_names_the_newest_of_several_measuring_commits():
     cmds = regenerate_commands(StudyData(meta={"study": STUDY}, tables={"measurements": both}))
     assert f"git checkout {'b' * 40}" in cmds
     assert "rows measured at 2 commits (aaaaaaa, bbbbbbb)" in cmds
+
+
+def test_gpu_study_pairs_take_a_trailing_slash_and_refuse_anything_else(tmp_path):
+    """`kernelbook render nvidia-h200/sgemm/` (a shell's completion) is nvidia-h200/sgemm:
+    the study's own figures are drawn by its name; a pair that is not GPU/STUDY is named."""
+    assert publish.split_pair("nvidia-h200/sgemm/") == ("nvidia-h200", "sgemm")
+    assert publish.split_pair("nvidia-h200/sgemm") == ("nvidia-h200", "sgemm")
+    for bad in ("sgemm", "nvidia-h200/", "a/b/c"):
+        with pytest.raises(publish.PublishError, match="is not GPU/STUDY"):
+            publish.split_pair(bad)
+    proc = kernelbook_cli(REPO, "render", "--worklogs", str(tmp_path), "sgemm")
+    assert proc.returncode == 1 and "'sgemm' is not GPU/STUDY" in proc.stderr

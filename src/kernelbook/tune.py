@@ -20,6 +20,18 @@ def sweep_sizes(study, variant) -> list[dict[str, int]]:
     return [s for s in study.sizes if s not in variant.tune_sizes]
 
 
+def candidate_at(study, variant, won: dict[str, str], size: dict[str, int]) -> str | None:
+    """The candidate whose numbers stand for the tuned variant at ``size``: a tune size's own
+    winner; at any other size (the sweep's, a profile or sanitize size) the pick size's
+    winner, the one the variant's job ran there. None where that size had no winner."""
+    from kernelbook import problems
+
+    label = problems.get(study.problem).label
+    if not variant.tune_sizes or size in variant.tune_sizes:  # tuned at every size, or this
+        return won.get(label(size))
+    return won.get(label(sweep_pick(study, variant)))
+
+
 def winner_runs(study, variant, won: dict[str, str]) -> list[tuple[str | None, list[dict]]]:
     """What the tuned variant's own job runs: (candidate, sizes) pairs. Each tune size's
     winner is re-timed at that size (confirmation); the pick size's winner also runs at the

@@ -31,7 +31,7 @@ def targets(study: Study, variant: Variant, sizes, build_dir, cubin=None, tuned_
     problem = problems.get(study.problem)
     out = []
     for s in sizes:
-        cand = won.get(problem.label(s))
+        cand = tune.candidate_at(study, variant, won, s)
         if cand is None:
             _eprint(
                 f"{study.name}/{variant.id}: no winning candidate at {problem.label(s)}; skipped"
@@ -67,6 +67,7 @@ def profile_job(
     slot = gpu.acquire_slot(preload=())
     rows = []
     sizes = list(study.profile_sizes)
+    Path(reports).mkdir(parents=True, exist_ok=True)  # the rule's output, even if none ran
     for run, path, run_sizes in targets(study, variant, sizes, build_dir, cubin, tuned_table):
         part = ncu.profile_variant(
             project, study, run, path, run_sizes, Path(reports), slot.uuid, skip=failed

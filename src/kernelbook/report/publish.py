@@ -159,7 +159,7 @@ def publish_pairs(
                 + (f" ({why_none})" if why_none else "")
             )
         for pair in pairs:
-            gpu, _, study = pair.partition("/")
+            gpu, study = split_pair(pair)
             if render:
                 render_results(results, gpu, study, configfile)
             dest = publish(results, worklogs, gpu, study)
@@ -172,6 +172,15 @@ def publish_pairs(
     return 0
 
 
+def split_pair(pair: str) -> tuple[str, str]:
+    """GPU/STUDY as (gpu, study); a trailing slash (what a shell completes) is dropped, and
+    anything else than two names is refused by name."""
+    parts = pair.strip("/").split("/")
+    if len(parts) != 2 or not all(parts):
+        raise PublishError(f"{pair!r} is not GPU/STUDY (e.g. nvidia-h200/sgemm)")
+    return parts[0], parts[1]
+
+
 def render_pairs(
     worklogs: str | Path, pairs: list[str], configfile: str | Path = "config/config.yaml"
 ) -> int:
@@ -179,7 +188,7 @@ def render_pairs(
     analysis = Path(configfile).resolve().parent.parent / "analysis"
     try:
         for pair in pairs:
-            gpu, _, study = pair.partition("/")
+            gpu, study = split_pair(pair)
             page = render_published(worklogs, gpu, study, analysis)
             print(f"kernelbook publish: {gpu}/{study} rendered again: {page}")
     except PublishError as e:

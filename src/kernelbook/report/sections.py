@@ -214,21 +214,33 @@ def side_clocks(data: StudyData, job: str, size: str) -> str:
 
 
 def instrument_notes(m) -> list[str]:
-    """Where a row's two instruments differ by more than INSTRUMENTS_APART, one line saying
-    both (kernel time is the headline; the events add the GPU's work around a launch); and
-    the rows that fell back to events, with why."""
+    """Where a row's two instruments differ by more than INSTRUMENTS_APART, one line per
+    variant saying both (kernel time is the headline; the events add the GPU's work around a
+    launch): the one size, or how many and the range with the largest; and the rows that
+    fell back to events, with why."""
     out = []
     if "event_median_ms" not in m:
         return out
     ok = m[(m["status"] == "ok") & (m["timing_method"] == "cupti")]
-    for _, r in ok.iterrows():
-        ev, kt = r.get("event_median_ms"), r.get("median_ms")
-        if isnull(ev) or isnull(kt) or not kt or abs(ev / kt - 1) <= INSTRUMENTS_APART:
+    ev = pd.to_numeric(ok["event_median_ms"], errors="coerce")
+    kt = pd.to_numeric(ok["median_ms"], errors="coerce")
+    apart = ok.assign(_ev=ev, _kt=kt, _r=ev / kt - 1)
+    apart = apart[(apart["_kt"] > 0) & (apart["_r"].abs() > INSTRUMENTS_APART)]
+    why = "the GPU's own work around the launch, which the events count and the kernel does not"
+    for v, g in apart.groupby("variant", sort=False):
+        top = g.iloc[int(g["_r"].abs().to_numpy().argmax())]
+        both = f"{fmt(top['_ev'] * 1e3)} µs against {fmt(top['_kt'] * 1e3)} µs of kernel time"
+        if len(g) == 1:
+            out.append(
+                f"**{v}** at {top['size']}: CUDA events read {both} ({top['_r'] * 100:+.0f} %): "
+                f"{why}."
+            )
             continue
+        added = (g["_ev"] - g["_kt"]) * 1e3
         out.append(
-            f"**{r['variant']}** at {r['size']}: CUDA events read {fmt(ev * 1e3)} µs against "
-            f"{fmt(kt * 1e3)} µs of kernel time ({(ev / kt - 1) * 100:+.0f} %): the GPU's own "
-            "work around the launch, which the events count and the kernel does not."
+            f"**{v}** at {len(g)} sizes: CUDA events read {fmt(added.min())} to "
+            f"{fmt(added.max())} µs more than kernel time ({g['_r'].min() * 100:+.0f} to "
+            f"{g['_r'].max() * 100:+.0f} %; most at {top['size']}, {both}): {why}."
         )
     if "timing_note" in m:
         fell = m[(m["timing_method"] == "events") & m["timing_note"].map(lambda x: not isnull(x))]
