@@ -99,6 +99,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(groups[0]))
         elif "built" in item.fixturenames:  # a module's kernels, compiled once, on one worker
             item.add_marker(pytest.mark.xdist_group(f"built:{item.module.__name__}"))
+        elif "bench_batch" in item.fixturenames:  # one bench process for a module's variants
+            item.add_marker(pytest.mark.xdist_group(f"batch:{item.module.__name__}"))
     # The GPU tiers: `-m gpu` is the quick one; the whole Snakemake runs of the failure
     # controls (gpu and slow) wait for `-m "gpu and slow"` (or a plain `pytest`), skipped
     # visibly, never deselected in silence.
@@ -264,6 +266,33 @@ def _gpu_kernels_compiled_ahead(request):
         mark.write(f"{built} of {len(kernels)} kernels\n")
 
 
+@pytest.fixture(autouse=True)
+def _gpu_held_through_the_test(request):
+    """A test marked gpu_exclusive holds the GPU's lock from start to end, as a timing job
+    does: the GPU tier runs on xdist workers side by side (each kernelbook job takes the lock
+    for itself), and a test that times in its own process, or runs a tool that takes no
+    lock, must not share the GPU with them. Its own kernelbook jobs run under its lock
+    (gpu.SLOT_HELD_ENV). CUDA_VISIBLE_DEVICES comes back as it was."""
+    if request.node.get_closest_marker("gpu_exclusive") is None or not has_gpu():
+        yield
+        return
+    from kernelbook import gpu
+
+    before = os.environ.get("CUDA_VISIBLE_DEVICES")
+    slot = gpu.acquire_slot(preload=())
+    os.environ[gpu.SLOT_HELD_ENV] = "1"
+    try:
+        yield
+    finally:
+        del os.environ[gpu.SLOT_HELD_ENV]
+        if slot.lock is not None:
+            slot.lock.close()
+        if before is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = before
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO
@@ -351,3 +380,42 @@ def bench_rows(tmp_path: Path, settings: dict, study: str, variant: str, sizes):
         args += ["--size", s]
     kb(*args, settings=settings, timeout=600)
     return pd.read_parquet(out)
+
+
+@pytest.fixture(scope="session")
+def bench_batch(tmp_path_factory):
+    """``bench_batch(settings, study, variants, sizes, variant)``: ``variant``'s rows of one
+    `kernelbook bench STUDY V1 V2 ... --record-failure` that checks and times all of
+    ``variants`` in one process (run by the first test that asks, once a session): a
+    parametrized test per variant costs one process start-up for the lot, and still fails
+    alone, naming its variant's reason (or, where a crash ended the process early, saying
+    which variant lost the device)."""
+    import json
+
+    import pandas as pd
+
+    runs: dict = {}
+    where = tmp_path_factory.mktemp("bench-batch")
+
+    def rows(settings: dict, study: str, variants, sizes, variant: str):
+        variants, sizes = list(variants), list(sizes)
+        assert variant in variants, f"{variant} is not in the batch"
+        key = json.dumps([settings, study, variants, sizes], sort_keys=True)
+        if key not in runs:
+            out = where / f"{study}-{len(runs)}.parquet"
+            args = ["bench", study, *variants, "--record-failure", "--out", str(out)]
+            for size in sizes:
+                args += ["--size", size]
+            proc = kb(*args, settings=settings, timeout=60 + 30 * len(variants), check=False)
+            runs[key] = (pd.read_parquet(out) if out.is_file() else None, proc)
+        df, proc = runs[key]
+        got = None if df is None else df[df["variant"] == variant].reset_index(drop=True)
+        if got is None or got.empty:
+            raise AssertionError(
+                f"kernelbook bench {study} ({len(variants)} variants in one process, exit "
+                f"{proc.returncode}) wrote no rows for {variant}:\n{proc.stdout[-3000:]}\n"
+                f"{proc.stderr[-3000:]}"
+            )
+        return got
+
+    return rows

@@ -29,6 +29,9 @@ struct dim3 { unsigned x = 1, y = 1, z = 1; };
 inline thread_local dim3 threadIdx;
 inline dim3 blockIdx, blockDim;
 inline dim3 gridDim;  // set by emu_launch
+// a kernel's dynamic shared memory (extern __shared__ on the GPU): one buffer, blocks run one
+// at a time; 227 KB, what an H100/H200 block may take
+alignas(16) inline unsigned char emu_dynamic_smem[227 * 1024];
 struct float4 { float x, y, z, w; };
 struct uint4 { unsigned x, y, z, w; };
 struct uint2 { unsigned x, y; };

@@ -30,8 +30,8 @@ SIZES = [
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_variant_correct_at_small_and_odd_shapes(tmp_path, variant):
-    df = bench(tmp_path, variant, *SIZES, settings=QUICK, study="attention")
+def test_variant_correct_at_small_and_odd_shapes(bench_batch, variant):
+    df = bench_batch(QUICK, "attention", VARIANTS, SIZES, variant)
     assert list(df["status"]) == ["ok"] * len(SIZES), df[["size", "status", "reason"]]
     assert (df["rel_err"] < df["tolerance"]).all()
     assert (df["baseline_rel_err"] < df["tolerance"]).all()

@@ -362,8 +362,8 @@ def _bench(tmp_path, variant, *sizes, settings=FAST):
 @pytest.mark.parametrize("vid", GPU_JOBS)
 @pytest.mark.gpu
 @pytest.mark.skipif(INFO is None, reason=f"no GPU here: {WHY}")
-def test_every_variant_correct_on_the_gpu_at_small_and_odd_shapes(tmp_path, vid):
-    df = _bench(tmp_path, vid, *GPU_SIZES, settings=CHECK)
+def test_every_variant_correct_on_the_gpu_at_small_and_odd_shapes(bench_batch, vid):
+    df = bench_batch(CHECK, "decode_gemm", GPU_JOBS, GPU_SIZES, vid)
     assert len(df) == len(GPU_SIZES)
     for _, row in df.iterrows():
         assert row["status"] == "ok", row[["size", "status", "reason"]].to_dict()
@@ -373,9 +373,12 @@ def test_every_variant_correct_on_the_gpu_at_small_and_odd_shapes(tmp_path, vid)
 
 @pytest.mark.gpu
 @pytest.mark.skipif(INFO is None, reason=f"no GPU here: {WHY}")
-def test_the_ladder_s_best_is_at_least_as_fast_as_01_at_the_headline(tmp_path):
+def test_the_ladder_s_best_is_at_least_as_fast_as_01_at_the_headline(bench_batch):
     label = HGEMM.label(STUDY.headline)
-    medians = {vid: float(_bench(tmp_path, vid, label)["median_ms"].iloc[0]) for vid in GPU_JOBS}
+    medians = {
+        vid: float(bench_batch(FAST, "decode_gemm", GPU_JOBS, [label], vid)["median_ms"].iloc[0])
+        for vid in GPU_JOBS
+    }
     best = min(GPU_JOBS[1:], key=medians.get)
     assert medians[best] <= medians[GPU_JOBS[0]], medians
 

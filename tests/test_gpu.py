@@ -455,6 +455,44 @@ def test_device_table(tmp_path):
     assert df["cublas_bf16_tflops"] > df["cublas_fp32_tflops"]
 
 
+def test_several_variants_in_one_bench_each_get_their_own_verdict(tmp_path):
+    """One process, four controls: a wrong one is recorded and the next runs; a crash loses
+    the device, so the rest are named as not run, and the rows so far are on disk."""
+    out = tmp_path / "m.parquet"
+    run = ["90_wrong", "02_coalescing", "94_crash", "91_nan"]
+    proc = kb(
+        "bench", "controls", *run, "--size", "256", "--record-failure", "--out", str(out),
+        settings={**CONTROLS, "timing": CHECK_TIMING},
+    )  # fmt: skip
+    df = pd.read_parquet(out).set_index("variant")
+    assert list(df.index) == run[:3], df[["size", "status", "failure"]]
+    assert df.loc["90_wrong", "failure"] == "wrong" and df.loc["02_coalescing", "status"] == "ok"
+    assert df.loc["94_crash", "failure"] == "crash"
+    assert "controls/94_crash lost the device (crash): not run: 91_nan" in proc.stderr
+    assert any(line.startswith("variant") for line in proc.stdout.splitlines()), proc.stdout
+
+
+@pytest.mark.gpu_exclusive
+def test_a_test_that_holds_the_gpu_runs_its_jobs_under_its_lock(tmp_path):
+    """The GPU tier on xdist workers: a gpu_exclusive test holds the GPU's lock (no other
+    process can take it, even shared), and its own kernelbook jobs run under it at once."""
+    from kernelbook import gpu
+
+    assert os.environ[gpu.SLOT_HELD_ENV] == "1"
+    held = os.environ["CUDA_VISIBLE_DEVICES"]
+    probe = (
+        f"from kernelbook import gpu; print(gpu.take_lock(gpu.lock_dir(), [{held!r}], shared=True))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != gpu.SLOT_HELD_ENV}
+    out = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.stdout.strip() == "None", out.stdout + out.stderr
+    df = bench(tmp_path, "02_coalescing", "128")
+    assert (df["status"] == "ok").all() and (df["job_wait_s"] < 1).all()
+    assert (df["gpu_uuid"] == held).all()
+
+
 def test_cli_prints_a_table():
     proc = kb("bench", "sgemm", "02_coalescing", "--size", "512", settings=FAST)
     assert "% base" in proc.stdout and "512x512x512" in proc.stdout
@@ -585,8 +623,11 @@ def _sgemm_jobs():
     return plain
 
 
-@pytest.mark.parametrize("variant", _sgemm_jobs())
-def test_every_sgemm_variant_correct_at_a_small_and_an_odd_shape(tmp_path, variant):
-    df = bench(tmp_path, variant, "128", "1000x1004x500")
+SGEMM_JOBS = _sgemm_jobs()
+
+
+@pytest.mark.parametrize("variant", SGEMM_JOBS)
+def test_every_sgemm_variant_correct_at_a_small_and_an_odd_shape(bench_batch, variant):
+    df = bench_batch(FAST, "sgemm", SGEMM_JOBS, ["128", "1000x1004x500"], variant)
     assert list(df["status"]) == ["ok", "ok"], df[["size", "status", "reason"]]
     assert df["correct"].all() and (df["rel_err"] < df["tolerance"]).all()

@@ -25,7 +25,12 @@ from kernelbook import config, gpu
 
 ROOT = Path(__file__).resolve().parents[1]
 INFO, WHY = gpu.detect()
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(INFO is None, reason=f"no GPU here: {WHY}")]
+# host timing in this process: the GPU (and its lock) to itself for each test
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.gpu_exclusive,
+    pytest.mark.skipif(INFO is None, reason=f"no GPU here: {WHY}"),
+]
 SETTINGS = config.load_settings({"studies": []})
 POLICY = {**SETTINGS["timing"], "method": "host", "cache": "warm", "max_time_s": 2.0}
 

@@ -71,8 +71,10 @@ def assert_bandwidth_columns(df: pd.DataFrame) -> None:
 
 
 @pytest.mark.parametrize("variant", TRANSPOSE_JOBS)
-def test_transpose_variants(tmp_path, variant):
-    df = bench(tmp_path, "transpose", variant, "1024", "1000x3000", "4097x4095").set_index("size")
+def test_transpose_variants(bench_batch, variant):
+    sizes = ["1024", "1000x3000", "4097x4095"]
+    df = bench_batch(settings("transpose"), "transpose", TRANSPOSE_JOBS, sizes, variant)
+    df = df.set_index("size")
     assert_bandwidth_columns(df.reset_index())
     assert df.loc["1024x1024", "status"] == df.loc["1000x3000", "status"] == "ok"
     assert (df.loc[df["status"] == "ok", "rel_err"] == 0).all()  # bit-exact
@@ -85,8 +87,10 @@ def test_transpose_variants(tmp_path, variant):
 
 
 @pytest.mark.parametrize(("study", "variant"), SOFTMAX_JOBS)
-def test_softmax_variants(tmp_path, study, variant):
-    df = bench(tmp_path, study, variant, "4096x128", "4096x1000", "333x4099").set_index("size")
+def test_softmax_variants(bench_batch, study, variant):
+    jobs = [v for s, v in SOFTMAX_JOBS if s == study]
+    sizes = ["4096x128", "4096x1000", "333x4099"]
+    df = bench_batch(settings(study), study, jobs, sizes, variant).set_index("size")
     assert_bandwidth_columns(df.reset_index())
     assert (df["dtype"] == ("float32" if study == "softmax" else "bfloat16")).all()
     assert df.loc["4096x128", "status"] == df.loc["4096x1000", "status"] == "ok"

@@ -28,7 +28,12 @@ from kernelbook import config, gpu
 
 ROOT = Path(__file__).resolve().parents[1]
 INFO, WHY = gpu.detect()
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(INFO is None, reason=f"no GPU here: {WHY}")]
+# the referee runs a script under ncu that takes no lock: the GPU to itself for each test
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.gpu_exclusive,
+    pytest.mark.skipif(INFO is None, reason=f"no GPU here: {WHY}"),
+]
 REFEREE_DIR = os.environ.get("KERNELBOOK_REFEREE_DIR")
 # (variant, size, the duration band it is meant to sit in (ms), tolerance against ncu)
 VARIANTS = [

@@ -12,7 +12,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from conftest import CHECK_TIMING, REPO, bench_rows, compile_variants
+from conftest import CHECK_TIMING, REPO, compile_variants
 from cuda_emu import emu_build, emu_workdir
 
 from kernelbook import config as cfg
@@ -223,11 +223,14 @@ FAST = {"studies": ["paged_decode"], "timing": CHECK_TIMING}
 GPU_SIZES = ["3x100", "1x4097", "8x1024", "64x4096"]
 
 
-@pytest.mark.parametrize("vid", [v.id for v in STUDY.variants])
+GPU_JOBS = [v.id for v in STUDY.variants]
+
+
+@pytest.mark.parametrize("vid", GPU_JOBS)
 @pytest.mark.gpu
 @pytest.mark.skipif(INFO is None, reason=f"no GPU here: {WHY}")
-def test_both_steps_correct_on_the_gpu_beside_sdpa(tmp_path, vid):
-    df = bench_rows(tmp_path, FAST, "paged_decode", vid, GPU_SIZES)
+def test_both_steps_correct_on_the_gpu_beside_sdpa(bench_batch, vid):
+    df = bench_batch(FAST, "paged_decode", GPU_JOBS, GPU_SIZES, vid)
     assert len(df) == len(GPU_SIZES)
     for _, row in df.iterrows():
         assert row["status"] == "ok", row[["size", "status", "reason"]].to_dict()

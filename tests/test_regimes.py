@@ -470,6 +470,7 @@ def _torch_case(case):
 
 
 @pytest.mark.gpu
+@pytest.mark.gpu_exclusive  # host-timed in this process
 @needs_gpu
 @pytest.mark.parametrize("n", [1000, 12347])
 @pytest.mark.parametrize("vid", [v["id"] for v in raw_study()["variants"]])

@@ -14,7 +14,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from conftest import CHECK_TIMING, REPO, bench_rows, compile_variants
+from conftest import CHECK_TIMING, REPO, compile_variants
 from cuda_emu import emu_build, emu_workdir
 
 from kernelbook import config as cfg
@@ -118,14 +118,36 @@ def test_study_loads_with_both_baselines_and_the_read_roof():
     ]
 
 
+TENSOR_CORE = ("w4_mma_dequant", "w4_mma_stream")
+
+
 @pytest.mark.parametrize("v", BUILT, ids=lambda v: v.id)
 def test_launch_geometry_covers_every_row(v):
-    # a block's rows of W: 16 (one m16 tile) for the tensor-core step
-    rows = 16 if v.entry == "w4_mma_dequant" else v.defines["WARPS"] * v.defines["ROWS"]
+    # a block's rows of W: 16 (one m16 tile) for the tensor-core steps
+    rows = 16 if v.entry in TENSOR_CORE else v.defines["WARPS"] * v.defines["ROWS"]
     for s in STUDY.sizes:
         (L,) = v.launches(s, sm_count=cfg.NOMINAL_SM_COUNT)
-        assert L.block == (32 * v.defines["WARPS"], 1, 1) and L.smem == 0
+        if v.entry == "w4_mma_stream":  # K split over the block's warps where N is short
+            ks = L.block[0] // 32
+            assert 1 <= ks <= v.defines["MAX_KS"]
+            assert ks == 1 or K_GROUPS_A_WARP * ks * 128 <= s["K"]
+            assert L.smem == (2048 * ks if ks > 1 else 0)  # 4 tiles x 4 x 32 floats a warp
+        else:
+            assert L.block == (32 * v.defines["WARPS"], 1, 1) and L.smem == 0
         assert L.grid[0] * rows >= s["N"] > (L.grid[0] - 1) * rows and L.grid[1] == 1
+
+
+K_GROUPS_A_WARP = 4  # 05 splits K no finer than 4 scale groups a warp
+
+
+def test_the_streaming_step_splits_k_only_where_rows_are_few():
+    v = STUDY.variant("05_mma_stream")
+    split = {
+        (s["N"], s["K"]): v.launches(s, sm_count=cfg.NOMINAL_SM_COUNT)[0].block[0] // 32
+        for s in STUDY.sizes
+    }
+    assert split[(28672, 4096)] == split[(128256, 4096)] == 1  # a warp streams whole rows
+    assert split[(14336, 4096)] == 2 and split[(4096, 4096)] == split[(4096, 14336)] == 7
 
 
 # ------------------------------------------------------------------------------------------
@@ -146,7 +168,7 @@ def test_kernels_compile_without_spills_and_convert_as_they_say(built, v):
     ops = set(res.sass)
     assert "LDG.E.EF.128" in ops, sorted(ops)  # W streamed: 16-byte ld.global.cs
     converts = {op for op in ops if op.startswith("I2F")}
-    if v.entry == "w4_mma_dequant":  # tensor cores; nibble pairs by LOP3 and a bf16x2 add
+    if v.entry in TENSOR_CORE:  # tensor cores; nibble pairs by LOP3 and a bf16x2 add
         assert "HMMA.16816.F32.BF16" in ops and "HADD2.BF16_V2" in ops, sorted(ops)
         assert not converts and "SHFL.BFLY" not in ops, sorted(ops)  # warps add in smem
     else:
@@ -286,15 +308,11 @@ GPU_SIZES = ["4x256x512", "3x1001x1152", "33x4096x14464", "1x28672x4096"]
 GPU_JOBS = [v.id for v in STUDY.variants if not v.is_tuned] + [STUDY.candidates[-1].id]
 
 
-def _bench(tmp_path, variant, *sizes):
-    return bench_rows(tmp_path, FAST, "w4a16", variant, sizes)
-
-
 @pytest.mark.parametrize("vid", GPU_JOBS)
 @pytest.mark.gpu
 @pytest.mark.skipif(INFO is None, reason=f"no GPU here: {WHY}")
-def test_every_variant_and_both_baselines_correct_on_the_gpu(tmp_path, vid):
-    df = _bench(tmp_path, vid, *GPU_SIZES)
+def test_every_variant_and_both_baselines_correct_on_the_gpu(bench_batch, vid):
+    df = bench_batch(FAST, "w4a16", GPU_JOBS, GPU_SIZES, vid)
     assert len(df) == len(GPU_SIZES)
     for _, row in df.iterrows():
         assert row["status"] == "ok", row[["size", "status", "reason"]].to_dict()

@@ -13,7 +13,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from conftest import CHECK_TIMING, REPO, bench_rows, candidate_sample, compile_variants
+from conftest import CHECK_TIMING, REPO, candidate_sample, compile_variants
 from cuda_emu import emu_build, emu_workdir
 
 from kernelbook import config as cfg
@@ -216,15 +216,19 @@ FAST = {"studies": ["w8a8"], "timing": CHECK_TIMING}
 GPU_SIZES = ["4x256x512", "17x1001x1040", "33x4096x4112", "16x14336x4096"]
 
 
+GPU_JOBS = [v.id for v in STUDY.variants if not v.is_tuned] + [
+    c for v in STUDY.variants if v.is_tuned for c in candidate_sample("w8a8", v.id)
+]
+
+
 @pytest.mark.parametrize(
     "vid",
-    [v.id for v in STUDY.variants if not v.is_tuned]
-    + [c for v in STUDY.variants if v.is_tuned for c in candidate_sample("w8a8", v.id)],
+    GPU_JOBS,
 )
 @pytest.mark.gpu
 @pytest.mark.skipif(INFO is None, reason=f"no GPU here: {WHY}")
-def test_both_steps_and_baselines_correct_on_the_gpu(tmp_path, vid):
-    df = bench_rows(tmp_path, FAST, "w8a8", vid, GPU_SIZES)
+def test_both_steps_and_baselines_correct_on_the_gpu(bench_batch, vid):
+    df = bench_batch(FAST, "w8a8", GPU_JOBS, GPU_SIZES, vid)
     assert len(df) == len(GPU_SIZES)
     for _, row in df.iterrows():
         assert row["status"] == "ok", row[["size", "status", "reason"]].to_dict()

@@ -335,11 +335,12 @@ def test_config_gpu_none(repo_copy):
     proc = snakemake(repo_copy, "-n", "all", "--config", "gpu=none")
     assert proc.returncode == 0, output(proc)
     notes = [line for line in proc.stderr.splitlines() if "no GPU here" in line]
+    studies = ", ".join(cfg.load_project_file(repo_copy / "config" / "config.yaml").studies)
     assert notes == [
         "kernelbook: no GPU here (config says gpu: none): compiling only; bench, device, "
-        "profile and sanitize skipped for sgemm, transpose, softmax, softmax_bf16, hgemm, "
-        "attention, regimes"
+        f"profile and sanitize skipped for {studies}"
     ]
+    assert studies.startswith("sgemm, transpose, softmax, softmax_bf16, hgemm, attention")
     jobs = planned_jobs(output(proc))
     assert compiled_jobs(jobs) == all_job_ids(repo_copy)
     assert {rule for rule, _ in jobs} == {"compile", *GATHERS}
@@ -470,10 +471,11 @@ def test_cli_list(repo_copy):
 
 
 def test_cli_list_takes_any_study_file(repo_copy):
-    """hgemm is not in config.yaml's studies: list reads its file all the same."""
-    proc = kernelbook_cli(repo_copy, "list", "hgemm")
+    """controls is not in config.yaml's studies: list reads its file all the same."""
+    proc = kernelbook_cli(repo_copy, "list", "controls")
     assert proc.returncode == 0, output(proc)
-    assert proc.stdout.startswith("hgemm: hgemm bfloat16, baseline cublas")
+    assert proc.stdout.startswith("controls: gemm float32, baseline cublas")
+    assert "94_crash" in proc.stdout
 
 
 def test_an_installed_package_runs_from_outside_the_checkout(tmp_path):
@@ -552,9 +554,15 @@ def test_cli_compile_a_study_not_in_the_config(repo_copy, tmp_path):
         (["compile", "nostudy", "01_naive", "--cubin", "k.cubin"], ["nostudy.yaml"]),
         (["list", "nostudy"], ["nostudy"]),
         (["bench", "sgemm", "10_warptiling"], ["10_warptiling", "autotuned", "--tuned-table"]),
+        (["bench", "sgemm", "01_naive", "99_nope"], ["99_nope", "01_naive"]),
+        (["bench", "sgemm", "01_naive", "12_best"], ["12_best autotuned", "alone"]),
+        (["bench", "sgemm", "01_naive", "02_coalescing", "--cubin", "k.cubin"], ["--cubin", "one"]),
     ],
-    ids=["bad variant", "bad study", "list bad study", "tuned without its table"],
-)
+    ids=[
+        "bad variant", "bad study", "list bad study", "tuned without its table",
+        "several, one unknown", "several, one tuned", "several with one's cubin",
+    ],
+)  # fmt: skip
 def test_cli_errors_are_one_line(repo_copy, args, expect):
     proc = kernelbook_cli(repo_copy, *args)
     assert proc.returncode == 1, output(proc)

@@ -256,7 +256,7 @@ def rendered(tmp_path_factory, nogpu_args):
     root = make_repo(tmp_path_factory.mktemp("rendered") / "repo")
     # the one study published here; every study's compile is built_repo's (test_workflow)
     conf = root / "config" / "config.yaml"
-    conf.write_text(re.sub(r"(?m)^studies: .*$", f"studies: [{STUDY}]", conf.read_text()))
+    conf.write_text(re.sub(r"(?ms)^studies: \[.*?\]", f"studies: [{STUDY}]", conf.read_text()))
     publish_fixture(root)
     targets = (
         ["all"]

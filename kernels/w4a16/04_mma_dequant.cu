@@ -25,7 +25,7 @@
 //
 // Sizes: any M, N; K a multiple of 128. Launch: grid (cdiv(N, 16)), block (32 * WARPS),
 // static shared memory WARPS * 4 * 4 * 32 floats.
-#include "../common/mma.cuh"
+#include "w4mma.cuh"
 
 #ifndef WARPS
 #define WARPS 4
@@ -36,22 +36,6 @@
 #ifndef MIN_BLOCKS
 #define MIN_BLOCKS (16 / WARPS)  // 16 warps an SM: at most 128 registers a thread
 #endif
-
-// nibbles S_ and S_ + 4 of word q, minus 8, as two bf16 (nibble S_ in the low half): exact
-template <int S_>
-__device__ __forceinline__ unsigned nib_pair(unsigned q)
-{
-  const unsigned v = ((q >> (4 * S_)) & 0x000F000Fu) | 0x43004300u;  // 128 + n, twice
-  return bf16x2_sub(v, 0x43084308u);  // - 136, twice
-}
-
-// x's elements S_ and S_ + 4 of 8 consecutive bf16 (a 16-byte load), in nib_pair's order
-template <int S_>
-__device__ __forceinline__ unsigned x_pair(uint4 v)
-{
-  const unsigned lo = S_ < 2 ? v.x : v.y, hi = S_ < 2 ? v.z : v.w;
-  return __byte_perm(lo, hi, S_ % 2 == 0 ? 0x5410 : 0x7632);
-}
 
 typedef float Partials[WARPS][4][4][32];  // each warp's accumulators, lane-major
 
@@ -90,32 +74,7 @@ __device__ __forceinline__ void w4_mma_tile(Partials& part, int M, int N, int K,
     for (int u = 0; u < UNR; ++u) {
       const int gi = g0 + u * WARPS;
       if (gi >= groups) break;  // the same for the whole warp
-      unsigned a[4][2][4];  // [word][pair of the word's two k-steps][fragment register]
-#pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        const unsigned ua = w == 0 ? qa[u].x : w == 1 ? qa[u].y : w == 2 ? qa[u].z : qa[u].w;
-        const unsigned ub = w == 0 ? qb[u].x : w == 1 ? qb[u].y : w == 2 ? qb[u].z : qb[u].w;
-        a[w][0][0] = nib_pair<0>(ua), a[w][0][1] = nib_pair<0>(ub);
-        a[w][0][2] = nib_pair<1>(ua), a[w][0][3] = nib_pair<1>(ub);
-        a[w][1][0] = nib_pair<2>(ua), a[w][1][1] = nib_pair<2>(ub);
-        a[w][1][2] = nib_pair<3>(ua), a[w][1][3] = nib_pair<3>(ub);
-      }
-#pragma unroll
-      for (int j = 0; j < MT; ++j) {
-        const int m = m0 + 8 * j + g;  // this lane's batch row of the B fragment
-        const uint4* xr = reinterpret_cast<const uint4*>(x + (size_t)m * K + gi * 128 + 32 * t);
-        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-        for (int w = 0; w < 4; ++w) {
-          const uint4 xv = m < M ? __ldg(xr + w) : zero;
-          mma_bf16(c, a[w][0][0], a[w][0][1], a[w][0][2], a[w][0][3], x_pair<0>(xv), x_pair<1>(xv));
-          mma_bf16(c, a[w][1][0], a[w][1][1], a[w][1][2], a[w][1][3], x_pair<2>(xv), x_pair<3>(xv));
-        }
-        acc[j][0] = fmaf(sa[u], c[0], acc[j][0]);  // rows ra, rb: their group's scale
-        acc[j][1] = fmaf(sa[u], c[1], acc[j][1]);
-        acc[j][2] = fmaf(sb[u], c[2], acc[j][2]);
-        acc[j][3] = fmaf(sb[u], c[3], acc[j][3]);
-      }
+      w4_group_mma<MT>(acc, qa[u], qb[u], sa[u], sb[u], gi, M, K, m0, x);
     }
   }
   sum_warps_store<WARPS, MT>(part, acc, M, N, m0, n0, y);

@@ -1,10 +1,10 @@
 """kernelbook's command line: the rules call it, and it is the quick loop outside the DAG.
 
 The quick loop:
-  kernelbook list [STUDY]                    studies (any file in the study folder), variants
-  kernelbook compile STUDY VARIANT ...       nvcc or Triton: resources and SASS histogram
-  kernelbook bench STUDY VARIANT [--size S]  check, then time beside the baselines
-  kernelbook launch STUDY VARIANT --size S   one launch (what ncu and compute-sanitizer run)
+  kernelbook list [STUDY]                     studies (any file in the study folder), variants
+  kernelbook compile STUDY VARIANT ...        nvcc or Triton: resources and SASS histogram
+  kernelbook bench STUDY VARIANT... [--size]  check, then time beside the baselines
+  kernelbook launch STUDY VARIANT --size S    one launch (what ncu and compute-sanitizer run)
 Published worklogs:
   kernelbook check | publish | render | index | before-after | compare
 The rules' jobs: profile, sanitize, roofline, device, gather, select, stages, meta, gate,
@@ -82,9 +82,27 @@ def cmd_compile(args) -> int:
     )
 
 
+# bench options that name one variant's files: refused with several variants
+ONE_VARIANT_ONLY = ("cubin", "build_table", "tuned_table", "build_dir")
+
+
 def cmd_bench(args) -> int:
     from kernelbook.measure.job import bench_job
 
+    if len(args.variant) > 1:
+        from kernelbook.measure.job import bench_variants
+
+        one = [f"--{n.replace('_', '-')}" for n in ONE_VARIANT_ONLY if getattr(args, n)]
+        if one:
+            raise cfg.ConfigError(f"bench: {', '.join(one)} is for one variant, not several")
+        project = _project(args)
+        study = _load_study(args, project, args.study)
+        variants = [study.variant(v) for v in args.variant]
+        return bench_variants(
+            project, study, variants, _sizes(args), args.out, args.samples_out,
+            args.record_failure,
+        )  # fmt: skip
+    args.variant = args.variant[0]
     project, study, variant = _study_variant(args)
     return bench_job(
         project, study, variant, _sizes(args), cubin=args.cubin, build_table=args.build_table,
@@ -281,9 +299,14 @@ def parser() -> argparse.ArgumentParser:
     )
     s.set_defaults(fn=cmd_compile)
 
-    s = sub.add_parser("bench", help="check, then time one variant beside its baseline")
+    s = sub.add_parser("bench", help="check, then time variants beside their baseline")
     s.add_argument("study")
-    s.add_argument("variant")
+    s.add_argument(
+        "variant",
+        nargs="+",
+        help="a variant or candidate; several (plain variants or candidates) run one after "
+        "another in one process, into one table",
+    )
     s.add_argument(
         "--size", action="append", help="e.g. 4096, 4096x4096x1000 or M=..,N=..,K=..; repeatable"
     )

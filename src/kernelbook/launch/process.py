@@ -109,7 +109,7 @@ def launch_variant(
         parsed = [problem.parse_size(label) for label in labels]
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    if os.environ.get("KERNELBOOK_SLOT_HELD") != "1":
+    if os.environ.get(gpu.SLOT_HELD_ENV) != "1":
         gpu.acquire_slot()  # a parent (profile, sanitize) that holds the GPU sets the flag
     import cupy as cp
 

@@ -53,6 +53,18 @@ def bench_job(
             record_failure,
         )  # fmt: skip
     slot = gpu.acquire_slot()
+    samples: list[dict] = []
+    rows = _plain_rows(
+        project, study, variant, parsed, slot, samples, record_failure, cubin, build_table
+    )
+    return _finish(rows, problem, samples, out, samples_out, slot)
+
+
+def _plain_rows(
+    project, study, variant, sizes, slot, samples, record_failure, cubin=None, build_table=None
+) -> list[dict]:
+    """A plain (not autotuned) variant's rows: its cubin (given, or built now: a cache hit
+    where the run's cubin cache holds it), checked and timed at ``sizes``."""
     flags = nvcc_flags_text(project, variant)
     with tempfile.TemporaryDirectory() as tmp:
         if cubin:
@@ -71,11 +83,49 @@ def bench_job(
             )
         else:
             info = compile_now(project, study, variant, Path(tmp) / f"{variant.id}.cubin")
-        samples: list[dict] = []
-        rows = bench.bench_variant(
-            project, study, variant, info, slot.uuid, sizes=parsed,
+        return bench.bench_variant(
+            project, study, variant, info, slot.uuid, sizes=sizes,
             tolerate_failure=record_failure, samples=samples,
         )  # fmt: skip
+
+
+def bench_variants(
+    project: Project,
+    study: Study,
+    variants: list[Variant],
+    sizes: list[str] | None = None,
+    out: str | None = None,
+    samples_out: str | None = None,
+    record_failure: bool = False,
+) -> int:
+    """Several plain variants (a ladder, a tune space's candidates) checked and timed in one
+    process, one after another, each beside its baselines: one start-up, one GPU lock, one
+    table. Each is built now (a cache hit where the cubin cache holds it). A variant that
+    fails is recorded (with ``record_failure``) and the next one runs; after a crash or a
+    hang the device is gone, so the rest are named as not run and the rows so far written."""
+    problem = problems.get(study.problem)
+    try:
+        parsed = [problem.parse_size(t) for t in sizes] if sizes else None
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    tuned = [v.id for v in variants if v.is_tuned]
+    if tuned:
+        raise ConfigError(
+            f"{study.name}: {', '.join(tuned)} autotuned: several variants in one bench are "
+            "plain variants or candidates (bench a tuned variant alone, with its tables)"
+        )
+    slot = gpu.acquire_slot()
+    rows: list[dict] = []
+    samples: list[dict] = []
+    for i, v in enumerate(variants):
+        got = _plain_rows(project, study, v, parsed, slot, samples, record_failure)
+        rows += got
+        if bench.device_lost(got) and variants[i + 1 :]:
+            _eprint(
+                f"{study.name}/{v.id} lost the device ({got[-1]['failure']}): not run: "
+                + ", ".join(x.id for x in variants[i + 1 :])
+            )
+            break
     return _finish(rows, problem, samples, out, samples_out, slot)
 
 
@@ -175,13 +225,17 @@ def _finish(rows, problem, samples, out, samples_out, slot) -> int:
 def print_rows(rows) -> None:
     cols = ("size", "status", "median ms", "TFLOP/s", "GB/s", "base ms", "% base", "rel err")
     widths = (16, 8, 10, 8, 8, 9, 7, 8)
-    print(" ".join(f"{c:>{w}}" for c, w in zip(cols, widths, strict=True)))
+    many = len({r["variant"] for r in rows}) > 1  # several variants: each row says which
+    name = max((len(r["variant"]) for r in rows), default=0) if many else 0
+    head = f"{'variant':<{name}} " if many else ""
+    print(head + " ".join(f"{c:>{w}}" for c, w in zip(cols, widths, strict=True)))
     for r in rows:
+        lead = f"{r['variant']:<{name}} " if many else ""
         if r["status"] != "ok":
-            print(f"{r['size']:>16} {r['status']:>8}  {r['reason']}")
+            print(f"{lead}{r['size']:>16} {r['status']:>8}  {r['reason']}")
             continue
         print(
-            f"{r['size']:>16} {r['status']:>8} {r['median_ms']:10.4f} {r['tflops']:8.2f} "
+            f"{lead}{r['size']:>16} {r['status']:>8} {r['median_ms']:10.4f} {r['tflops']:8.2f} "
             f"{r['gbps']:8.1f} {r['baseline_median_ms']:9.4f} {r['pct_of_baseline']:7.1f} "
             f"{r['rel_err']:8.1e}" + ("  throttled" if r["throttled"] else "")
         )

@@ -294,7 +294,7 @@ def profile_variant(
         "source_sha256": sha256_source(project.root / variant.source),
         "git_commit": provenance.git_commit(project.root),
     }
-    env = {**os.environ, "KERNELBOOK_SLOT_HELD": "1", "CUDA_VISIBLE_DEVICES": slot_uuid}
+    env = {**os.environ, gpu.SLOT_HELD_ENV: "1", "CUDA_VISIBLE_DEVICES": slot_uuid}
     report_dir.mkdir(parents=True, exist_ok=True)
     skip = skip or {}
     rows = []

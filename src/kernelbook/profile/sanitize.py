@@ -124,7 +124,7 @@ def sanitize_variant(
     problem = problems.get(study.problem)
     label = problem.label(size)
     facts = gpu.device_facts(slot_uuid)
-    env = {**os.environ, "KERNELBOOK_SLOT_HELD": "1", "CUDA_VISIBLE_DEVICES": slot_uuid}
+    env = {**os.environ, gpu.SLOT_HELD_ENV: "1", "CUDA_VISIBLE_DEVICES": slot_uuid}
     known = variant.known_findings
     timeout = tool_limit(project.settings, "sanitizer_s")
     setting = "timeouts.sanitizer_s"
