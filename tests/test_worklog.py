@@ -1174,3 +1174,22 @@ def test_gpu_study_pairs_take_a_trailing_slash_and_refuse_anything_else(tmp_path
             publish.split_pair(bad)
     proc = kernelbook_cli(REPO, "render", "--worklogs", str(tmp_path), "sgemm")
     assert proc.returncode == 1 and "'sgemm' is not GPU/STUDY" in proc.stderr
+
+
+def test_a_variant_measured_but_not_profiled_or_sanitized_is_said_first():
+    """The w8a8 page as published: 03_mma_deep's sanitize job ran nothing (before
+    tune.candidate_at), and the page says so at the top; a study whose every variant has its
+    rows (sgemm) says nothing of the kind."""
+    from kernelbook.report import data as report_data
+    from kernelbook.report.sections import attention
+
+    def said(study):
+        d = REPO / "worklogs" / GPU / study / "data"
+        paths = {p.stem: p for p in d.glob("*.parquet")} | {"meta": d / "study.json"}
+        return [b for b in attention(report_data.load(paths)) if "measured, but no" in b]
+
+    assert said("w8a8") == [
+        "**03_mma_deep**: measured, but no compute-sanitizer rows (the sanitizer job ran "
+        "nothing for it; its log says why)."
+    ]
+    assert said("sgemm") == []

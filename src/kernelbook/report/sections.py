@@ -316,6 +316,16 @@ def attention(data: StudyData, stale: list[dict] | None = None) -> list[str]:
                     else ""
                 )
             )
+    ran = list(dict.fromkeys(main.loc[main["status"] == "ok", "variant"]))
+    for table, tool in (("profile", "Nsight Compute"), ("sanitizer", "compute-sanitizer")):
+        t = data.table(table)
+        missing = [v for v in ran if t is not None and v not in set(t["variant"])]
+        if missing:
+            out.append(
+                ", ".join(f"**{v}**" for v in missing)
+                + f": measured, but no {tool} rows (the {table} job ran nothing for it; its "
+                "log says why)."
+            )
     for s in stale or []:
         detail = f" ({esc(s['detail'])})" if s.get("detail") else ""
         if s["change"] == ADDED:
