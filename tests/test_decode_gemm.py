@@ -52,7 +52,7 @@ def test_study_loads_with_the_decode_sizes():
     assert STUDY.sanitize_size == {"M": 3, "N": 37, "K": 1001}
     assert VIDS == [
         "01_thread_per_output", "02_warp_per_row", "03_rows_per_warp", "04_split_k", "05_triton",
-        "06_mma",
+        "06_mma", "07_stream",
     ]  # fmt: skip
     assert VIDS[:4] + VIDS[5:] == CUDA_VIDS and STUDY.variant("05_triton").is_tuned
     for v in STUDY.variants:
@@ -156,6 +156,11 @@ def test_launch_geometry_covers_every_output(vid):
             continue
         rows = 16 if vid == "06_mma" else d["WARPS"] * d.get("ROWS", 1)  # rows of W a block
         assert threads == 32 * d["WARPS"]
+        if vid == "07_stream":  # persistent: BLOCKS_SM blocks an SM, rows strided over warps
+            full = cfg.NOMINAL_SM_COUNT * d["BLOCKS_SM"]
+            assert L.grid[0] == min(-(-N // d["WARPS"]), full) and L.grid[1] == 1, (s, L)
+            assert len(launches) == 1
+            continue
         assert L.grid[0] * rows >= N > (L.grid[0] - 1) * rows, (vid, s, L)
         if vid != "04_split_k":
             assert len(launches) == 1 and L.grid[1] == 1
@@ -205,7 +210,7 @@ def test_kernels_compile_without_spills_with_their_loads(built, vid):
         assert wide and "HMMA.16816.F32.BF16" in ops and "SHFL.BFLY" not in ops, sorted(ops)
     else:
         assert wide and "SHFL.BFLY" in ops, sorted(ops)  # 16-byte loads, shuffle reduction
-    if vid in ("03_rows_per_warp", "04_split_k", "06_mma"):
+    if vid in ("03_rows_per_warp", "04_split_k", "06_mma", "07_stream"):
         assert "LDG.E.EF.128" in ops, sorted(ops)  # W streamed (ld.global.cs: evict first)
     threads = v.launch(STUDY.headline).block[0]
     assert 0 < r.registers <= 65536 // threads
@@ -395,3 +400,23 @@ def test_each_row_holds_its_bandwidth_against_a_streaming_read_of_the_same_bytes
     peak = facts["mem_clock_max_mhz"] * 1e6 * facts["memory_bus_width_bits"] * 2 / 8 / 1e9
     assert 0.3 * peak < row["copy_gbps"] < peak, (row["copy_gbps"], peak)
     assert 0 < row["pct_of_copy"] < 110, row["pct_of_copy"]
+
+
+def test_the_streaming_step_carries_its_pipeline_across_rows_on_the_emulator(
+    emu_dir, numpy_as_cupy
+):
+    """07 on two blocks (8 warps), far fewer than the rows: each warp's load cursor runs from
+    one row's end into its next row while the use cursor finishes the first, at K with a
+    partial last step, a row count not a multiple of the warps, and M past its MT batch rows
+    (W streamed again a pass); its grid is the persistent one, so this is what it does on a GPU."""
+    import dataclasses
+
+    tol = HGEMM.tolerance({}, "bfloat16")
+    v = STUDY.variant("07_stream")
+    for M, N, K in [(1, 61, 1032), (5, 37, 264), (2, 100, 4104), (1, 9, 8)]:
+        sizes = {"M": M, "N": N, "K": K}
+        (L,) = v.launches(sizes, sm_count=cfg.NOMINAL_SM_COUNT)
+        few = dataclasses.replace(L, grid=(2, 1, 1))
+        case = _emulate(emu_dir, "07_stream", sizes, launches=[few])
+        result = HGEMM.check(case, tol, f"decode_gemm/07_stream at {M}x{N}x{K} on 2 blocks")
+        assert result.rel_err < 4e-3, (sizes, result)
