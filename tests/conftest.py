@@ -375,11 +375,16 @@ def bench_rows(tmp_path: Path, settings: dict, study: str, variant: str, sizes):
     import pandas as pd
 
     out = tmp_path / f"{variant}-{len(list(tmp_path.iterdir()))}.parquet"
-    args = ["bench", study, variant, "--out", str(out)]
+    kb(*_bench_args(study, [variant], sizes, out), settings=settings, timeout=600)
+    return pd.read_parquet(out)
+
+
+def _bench_args(study: str, variants, sizes, out: Path) -> list[str]:
+    """`kernelbook bench STUDY VARIANT... --out OUT --size S...`'s arguments."""
+    args = ["bench", study, *variants, "--out", str(out)]
     for s in sizes:
         args += ["--size", s]
-    kb(*args, settings=settings, timeout=600)
-    return pd.read_parquet(out)
+    return args
 
 
 @pytest.fixture(scope="session")
@@ -403,9 +408,7 @@ def bench_batch(tmp_path_factory):
         key = json.dumps([settings, study, variants, sizes], sort_keys=True)
         if key not in runs:
             out = where / f"{study}-{len(runs)}.parquet"
-            args = ["bench", study, *variants, "--record-failure", "--out", str(out)]
-            for size in sizes:
-                args += ["--size", size]
+            args = [*_bench_args(study, variants, sizes, out), "--record-failure"]
             proc = kb(*args, settings=settings, timeout=60 + 30 * len(variants), check=False)
             runs[key] = (pd.read_parquet(out) if out.is_file() else None, proc)
         df, proc = runs[key]

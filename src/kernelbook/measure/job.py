@@ -25,6 +25,14 @@ def _eprint(*a):
     print(*a, file=sys.stderr, flush=True)
 
 
+def _parse_sizes(problem, sizes: list[str] | None) -> list[dict] | None:
+    """--size labels as size dicts (None: the study's sizes); a bad label is a ConfigError."""
+    try:
+        return [problem.parse_size(t) for t in sizes] if sizes else None
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
 def bench_job(
     project: Project,
     study: Study,
@@ -41,12 +49,7 @@ def bench_job(
     """Check, then time ``variant`` beside its baselines at ``sizes`` (size labels; None:
     the study's). Without ``cubin`` it is built first (the quick loop)."""
     problem = problems.get(study.problem)
-    parsed = None
-    if sizes:
-        try:
-            parsed = [problem.parse_size(t) for t in sizes]
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
+    parsed = _parse_sizes(problem, sizes)
     if variant.is_tuned:
         return _tuned_job(
             project, study, variant, parsed, tuned_table, build_dir, out, samples_out,
@@ -104,10 +107,7 @@ def bench_variants(
     fails is recorded (with ``record_failure``) and the next one runs; after a crash or a
     hang the device is gone, so the rest are named as not run and the rows so far written."""
     problem = problems.get(study.problem)
-    try:
-        parsed = [problem.parse_size(t) for t in sizes] if sizes else None
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
+    parsed = _parse_sizes(problem, sizes)
     tuned = [v.id for v in variants if v.is_tuned]
     if tuned:
         raise ConfigError(
