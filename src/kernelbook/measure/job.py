@@ -55,41 +55,42 @@ def bench_job(
             project, study, variant, parsed, tuned_table, build_dir, out, samples_out,
             record_failure,
         )  # fmt: skip
-    slot = gpu.acquire_slot()
     samples: list[dict] = []
-    rows = _plain_rows(
-        project, study, variant, parsed, slot, samples, record_failure, cubin, build_table
-    )
+    with tempfile.TemporaryDirectory() as tmp:
+        info = _build(project, study, variant, Path(tmp), cubin, build_table)
+        slot = gpu.acquire_slot()  # built first: no compile holds the GPU's lock
+        rows = _plain_rows(project, study, variant, info, parsed, slot, samples, record_failure)
     return _finish(rows, problem, samples, out, samples_out, slot)
 
 
-def _plain_rows(
-    project, study, variant, sizes, slot, samples, record_failure, cubin=None, build_table=None
-) -> list[dict]:
-    """A plain (not autotuned) variant's rows: its cubin (given, or built now: a cache hit
-    where the run's cubin cache holds it), checked and timed at ``sizes``."""
+def _build(project, study, variant, tmp: Path, cubin=None, build_table=None) -> BuildInfo:
+    """A plain (not autotuned) variant's cubin: the one given (with its build row), or built
+    now into ``tmp`` (a cache hit where the run's cubin cache holds it). A compile that
+    fails raises CompileError, naming the variant, before any GPU is taken."""
     flags = nvcc_flags_text(project, variant)
-    with tempfile.TemporaryDirectory() as tmp:
-        if cubin:
-            row = tables.read(build_table).iloc[0] if build_table else None
-            failed = None
-            if row is not None and row.get("status") == "failed":
-                failed = str(row["reason"]).removeprefix("compile: ")
-            if row is None and variant.kind != "cuda":
-                row = sibling_build_row(Path(cubin))
-            info = BuildInfo(
-                Path(cubin),
-                row["nvcc_version"] if row is not None else nvcc.nvcc_version(),
-                flags,
-                failed=failed,
-                smem=row_smem(row),
-            )
-        else:
-            info = compile_now(project, study, variant, Path(tmp) / f"{variant.id}.cubin")
-        return bench.bench_variant(
-            project, study, variant, info, slot.uuid, sizes=sizes,
-            tolerate_failure=record_failure, samples=samples,
-        )  # fmt: skip
+    if not cubin:
+        return compile_now(project, study, variant, tmp / f"{variant.id}.cubin")
+    row = tables.read(build_table).iloc[0] if build_table else None
+    failed = None
+    if row is not None and row.get("status") == "failed":
+        failed = str(row["reason"]).removeprefix("compile: ")
+    if row is None and variant.kind != "cuda":
+        row = sibling_build_row(Path(cubin))
+    return BuildInfo(
+        Path(cubin),
+        row["nvcc_version"] if row is not None else nvcc.nvcc_version(),
+        flags,
+        failed=failed,
+        smem=row_smem(row),
+    )
+
+
+def _plain_rows(project, study, variant, info, sizes, slot, samples, record_failure) -> list:
+    """A plain variant's rows: its cubin (``info``) checked and timed at ``sizes``."""
+    return bench.bench_variant(
+        project, study, variant, info, slot.uuid, sizes=sizes,
+        tolerate_failure=record_failure, samples=samples,
+    )  # fmt: skip
 
 
 def bench_variants(
@@ -103,7 +104,8 @@ def bench_variants(
 ) -> int:
     """Several plain variants (a ladder, a tune space's candidates) checked and timed in one
     process, one after another, each beside its baselines: one start-up, one GPU lock, one
-    table. Each is built now (a cache hit where the cubin cache holds it). A variant that
+    table. All are built first, before the GPU is taken (a cache hit where the cubin cache
+    holds one; a compile that fails stops the bench there, naming it). A variant that
     fails is recorded (with ``record_failure``) and the next one runs; after a crash or a
     hang the device is gone, so the rest are named as not run and the rows so far written."""
     problem = problems.get(study.problem)
@@ -114,18 +116,20 @@ def bench_variants(
             f"{study.name}: {', '.join(tuned)} autotuned: several variants in one bench are "
             "plain variants or candidates (bench a tuned variant alone, with its tables)"
         )
-    slot = gpu.acquire_slot()
     rows: list[dict] = []
     samples: list[dict] = []
-    for i, v in enumerate(variants):
-        got = _plain_rows(project, study, v, parsed, slot, samples, record_failure)
-        rows += got
-        if bench.device_lost(got) and variants[i + 1 :]:
-            _eprint(
-                f"{study.name}/{v.id} lost the device ({got[-1]['failure']}): not run: "
-                + ", ".join(x.id for x in variants[i + 1 :])
-            )
-            break
+    with tempfile.TemporaryDirectory() as tmp:
+        infos = [_build(project, study, v, Path(tmp)) for v in variants]
+        slot = gpu.acquire_slot()  # every variant built first: no compile holds the lock
+        for i, (v, info) in enumerate(zip(variants, infos, strict=True)):
+            got = _plain_rows(project, study, v, info, parsed, slot, samples, record_failure)
+            rows += got
+            if bench.device_lost(got) and variants[i + 1 :]:
+                _eprint(
+                    f"{study.name}/{v.id} lost the device ({got[-1]['failure']}): not run: "
+                    + ", ".join(x.id for x in variants[i + 1 :])
+                )
+                break
     return _finish(rows, problem, samples, out, samples_out, slot)
 
 
