@@ -500,6 +500,12 @@ def test_publish_copies_everything_and_indexes(rendered_ok, tmp_path):
     shutil.copytree(src, root, symlinks=True, ignore=shutil.ignore_patterns("results"))
     results = tmp_path / "gpu-results"  # as a GPU host's run leaves them, brought here
     paths = results_from_fixture(root, results)
+    # a study.json from before the last variant was added (a `snakemake tables` run does not
+    # rewrite it): rendering writes it again from the config
+    stale = json.loads(paths["meta"].read_text())
+    ids = [v["id"] for v in stale["variants"]]
+    stale["variants"] = stale["variants"][:-1]
+    paths["meta"].write_text(json.dumps(stale))
     shutil.rmtree(root / "worklogs")
     args = [
         "-m",
@@ -523,7 +529,9 @@ def test_publish_copies_everything_and_indexes(rendered_ok, tmp_path):
     assert (dest / "worklog.html").is_file()
     for name in ("measurements", "device", "build", "sass", "profile", "roofline", "sanitizer"):
         assert tables.read(dest / "data" / f"{name}.parquet").equals(tables.read(paths[name]))
-    assert json.loads((dest / "data" / "study.json").read_text())["study"] == STUDY
+    published = json.loads((dest / "data" / "study.json").read_text())
+    assert published["study"] == STUDY and [v["id"] for v in published["variants"]] == ids
+    assert "is not in the study config" not in md
     assert sorted(p.name for p in (dest / "figures").iterdir()) == sorted(
         p.name for p in paths["figures"].iterdir()
     )

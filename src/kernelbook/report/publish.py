@@ -16,6 +16,7 @@ Through the command line (kernelbook.cli), for the rules and anyone without the 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -111,7 +112,11 @@ def render_results(results, gpu: str, study: str, configfile="config/config.yaml
     # the run's wall time so far (kernelbook.runlog), for the page's pipeline cost
     runlog.write(runs_dir(gpu, results), benchmarks_dir(results), paths["run"])
     project = cfg.load_project_file(configfile, overrides={"studies": [study]})
-    if not paths["meta"].is_file():
+    # study.json as rule study_meta writes it from the current config: a `snakemake tables`
+    # run does not rewrite it, so one written before a variant was added would leave that
+    # variant out of the page's ladder
+    want = json.loads(json.dumps(meta.study_meta(project.study(study), project.root)))
+    if not paths["meta"].is_file() or json.loads(paths["meta"].read_text()) != want:
         meta.write_meta(project.study(study), project.root, paths["meta"])
     names = (*DATA_TABLES, "meta", "run")
     tables = {k: paths[k] for k in names}
