@@ -190,6 +190,24 @@ def test_sgemm_triton_keeps_fp32_without_tf32(tmp_path):
     assert res.smem_dynamic > 0  # operands staged in shared memory, passed at launch
 
 
+def test_bench_builds_every_variant_before_it_takes_a_gpu(tmp_path):
+    """`kernelbook bench` compiles first and takes the GPU's lock after (so that parallel
+    benches' compiles do not queue behind each other's measurements): here, with no GPU, a
+    variant that does not compile is named, where asking for the GPU first would have said
+    only that there is none; a batch that compiles gets as far as the GPU."""
+    from kernelbook import gpu
+
+    if gpu.detect()[0] is not None:
+        pytest.skip("a GPU is here: the batch would run, not stop at the GPU")
+    root = kinds_repo(tmp_path / "repo", broken=True)
+    proc = kernelbook_cli(root, "bench", "kinds", "01_cuda", "04_broken", "--size", "64")
+    assert proc.returncode != 0
+    assert "kinds/04_broken: triton failed on kernels/kinds/04_broken.py" in proc.stderr
+    assert "no GPU to run on" not in proc.stderr
+    proc = kernelbook_cli(root, "bench", "kinds", "01_cuda", "02_triton", "--size", "64")
+    assert proc.returncode != 0 and "no GPU to run on" in proc.stderr, proc.stderr
+
+
 def test_a_triton_compile_error_names_study_and_variant(tmp_path):
     root = kinds_repo(tmp_path / "repo", broken=True)
     s = load(root)
