@@ -28,39 +28,11 @@
 // shared memory NS x 32 KB; then the combine (paged.cuh), grid (B * 32), block 128.
 #define PAGED_SPLIT  // the workspace records and the combine kernel (paged.cuh)
 #include "paged.cuh"
+#include "ring.cuh"  // the warp's cp.async copies, their commit and wait
 #ifndef NS
 #define NS 3  // pages a warp's ring holds
 #endif
 #define CHUNKS (2 * P * D / 8)  // 16-byte chunks of a page's keys and values: 512
-
-#ifdef KERNELBOOK_EMU
-#include <cstring>
-#define RING(name) uint4* name = reinterpret_cast<uint4*>(emu_dynamic_smem)
-// the emulator's copy is synchronous: the wait and the commit have nothing to do
-__device__ __forceinline__ void copy16(uint4* dst, const __nv_bfloat16* src, bool ok)
-{
-  if (ok) std::memcpy(dst, src, 16);
-  else *dst = make_uint4(0, 0, 0, 0);
-}
-__device__ __forceinline__ void commit_copies() {}
-template <int N>
-__device__ __forceinline__ void wait_copies() {}
-#else
-#define RING(name) extern __shared__ uint4 name[]
-// 16 bytes global -> shared through L2 only (cg: each byte is read once), zeros where !ok
-__device__ __forceinline__ void copy16(uint4* dst, const __nv_bfloat16* src, bool ok)
-{
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
-                   static_cast<unsigned>(__cvta_generic_to_shared(dst))),
-               "l"(src), "r"(ok ? 16 : 0));
-}
-__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void wait_copies()
-{
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-#endif
 
 // this lane's 16 copies of page `page` (valid tokens of it: `valid`, 0 for none) into a stage:
 // keys at [token][chunk ^ 2 (token & 3)], values at 256 + [token][chunk]. Copy i of lane l is

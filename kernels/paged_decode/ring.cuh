@@ -1,4 +1,4 @@
-// A warp's own cp.async pipeline over pages of the KV cache (05): 16-byte copies global ->
+// A warp's own cp.async pipeline over pages of the KV cache (04, 05): 16-byte copies global ->
 // shared through L2 only, zeros where a copy is masked off, and the commit and wait of the
 // copies' groups. Under the tests' CPU emulator (KERNELBOOK_EMU) a copy is a plain synchronous
 // copy, so the commit and the wait have nothing to do, and the ring is the emulator's dynamic
