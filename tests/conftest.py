@@ -171,6 +171,20 @@ def planned_jobs(output: str) -> list[tuple[str, dict[str, str]]]:
     return jobs
 
 
+# `-n auto` (addopts) where a GPU is and the run selects GPU tests (`-m gpu`, `-m "gpu and
+# slow"`): GPU_WORKERS workers, not one a core. The GPU is shared one job at a time (its
+# lock), so more workers only add start-ups that wait for it; the README's quick-tier time is
+# of these 4. Anywhere else xdist's own default (one a core).
+GPU_WORKERS = 4
+
+
+def pytest_xdist_auto_num_workers(config):
+    expr = config.getoption("markexpr", "") or ""
+    if re.search(r"(?<!not )\bgpu\b", expr) and has_gpu():
+        return GPU_WORKERS
+    return None
+
+
 def has_gpu() -> bool:
     try:
         from kernelbook import gpu

@@ -181,3 +181,22 @@ def test_only_layout_composes_results_paths():
 def test_the_path_finder_finds_a_spelled_path():
     tree = ast.parse('a = f"{r}/{gpu}/{study}/bench/{v}.parquet"\nb = "results/build"\nc = "see x"')
     assert spelled_paths(tree) == ["{}/{}/{}/bench/{}.parquet", "results/build"]
+
+
+def test_auto_workers_are_four_for_the_gpu_tier_on_a_gpu_machine(monkeypatch):
+    """`-n auto` gives the GPU tier (a run that selects gpu tests, on a machine with a GPU)
+    conftest.GPU_WORKERS workers; every other run, xdist's default (None: one a core)."""
+    import conftest
+
+    class Config:
+        def __init__(self, expr):
+            self.expr = expr
+
+        def getoption(self, name, default=None):
+            return self.expr if name == "markexpr" else default
+
+    for found in (True, False):
+        monkeypatch.setattr(conftest, "has_gpu", lambda found=found: found)
+        for expr in ("gpu", "gpu and slow", "slow and gpu", "not gpu", "not slow", ""):
+            want = 4 if found and expr.startswith(("gpu", "slow and")) else None
+            assert conftest.pytest_xdist_auto_num_workers(Config(expr)) == want, (found, expr)
