@@ -180,6 +180,15 @@ def test_kernels_compile_without_spills_and_convert_as_they_say(built, v):
     assert 0 < r.registers <= 65536 // (16 * 32)  # __launch_bounds__: 16 warps an SM
 
 
+def test_the_fused_lop3_step_halves_04s_lop3s_and_changes_nothing_else(built):
+    """06 is 04 built with W4_FUSED_LOP3: each (q & 0x000F000F) | 0x43004300 one LOP3, not
+    two; the same loads, shifts, bf16x2 subtractions, permutes and mmas."""
+    before, after = built["04_mma_dequant"].sass, built["06_lop3_dequant"].sass
+    assert after["LOP3.LUT"] <= 0.55 * before["LOP3.LUT"], (before["LOP3.LUT"], after["LOP3.LUT"])
+    for op in ("HMMA.16816.F32.BF16", "HADD2.BF16_V2", "LDG.E.EF.128", "SHF.R.U32.HI"):
+        assert after[op] == before[op], op
+
+
 # ------------------------------------------------------------------------------------------
 # the CPU emulator: every kernel on guarded buffers, checked by the problem's check
 

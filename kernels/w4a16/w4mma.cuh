@@ -22,11 +22,33 @@
 #define DYNAMIC_SMEM_FLOATS(name) extern __shared__ float name[]
 #endif
 
+// W4_FUSED_LOP3 (06): nib_pair's mask-and-OR as one lop3.b32 with both constants in registers;
+// C's (q & a) | b with two immediates compiles to two LOP3s (one immediate an instruction)
+#ifndef W4_FUSED_LOP3
+#define W4_FUSED_LOP3 0
+#endif
+
+// (a & b) | c, one LOP3 (lut 0xEA = (0xF0 & 0xCC) | 0xAA)
+__device__ __forceinline__ unsigned and_or(unsigned a, unsigned b, unsigned c)
+{
+#ifdef KERNELBOOK_EMU
+  return (a & b) | c;
+#else
+  unsigned d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+#endif
+}
+
 // nibbles S_ and S_ + 4 of word q, minus 8, as two bf16 (nibble S_ in the low half): exact
 template <int S_>
 __device__ __forceinline__ unsigned nib_pair(unsigned q)
 {
+#if W4_FUSED_LOP3
+  const unsigned v = and_or(q >> (4 * S_), 0x000F000Fu, 0x43004300u);  // 128 + n, twice
+#else
   const unsigned v = ((q >> (4 * S_)) & 0x000F000Fu) | 0x43004300u;  // 128 + n, twice
+#endif
   return bf16x2_sub(v, 0x43084308u);  // - 136, twice
 }
 
