@@ -52,7 +52,7 @@ def test_study_loads_with_the_decode_sizes():
     assert STUDY.sanitize_size == {"M": 3, "N": 37, "K": 1001}
     assert VIDS == [
         "01_thread_per_output", "02_warp_per_row", "03_rows_per_warp", "04_split_k", "05_triton",
-        "06_mma", "07_stream",
+        "06_mma", "07_stream", "08_no_allocate",
     ]  # fmt: skip
     assert VIDS[:4] + VIDS[5:] == CUDA_VIDS and STUDY.variant("05_triton").is_tuned
     for v in STUDY.variants:
@@ -212,6 +212,8 @@ def test_kernels_compile_without_spills_with_their_loads(built, vid):
         assert wide and "SHFL.BFLY" in ops, sorted(ops)  # 16-byte loads, shuffle reduction
     if vid in ("03_rows_per_warp", "04_split_k", "06_mma", "07_stream"):
         assert "LDG.E.EF.128" in ops, sorted(ops)  # W streamed (ld.global.cs: evict first)
+    if vid == "08_no_allocate":  # W past L1 (ld.global.nc.L1::no_allocate), x through it
+        assert {"LDG.E.NA.128.CONSTANT", "LDG.E.128.CONSTANT"} <= ops, sorted(ops)
     threads = v.launch(STUDY.headline).block[0]
     assert 0 < r.registers <= 65536 // threads
 
