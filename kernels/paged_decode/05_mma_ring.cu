@@ -13,10 +13,10 @@
 // - values O += P V: A = P from the score accumulators (the C -> A layout identity, rounded
 //   to bf16 as FlashAttention does), B = the values by 8 ldmatrix.x4.trans, 16 n-tiles of
 //   8 dims: 16 mmas;
-// ~200 instructions a warp a page. Keys and values land with their 16-byte chunk index XORed
-// with (token & 7), so that each 8x8 matrix an ldmatrix reads (8 tokens, one chunk) hits 8
-// bank groups.
-// Hypothesis: with the issue load cut ~5x, 04's pipeline keeps DRAM busy: >= 85 % of the read
+// ~380 instructions a warp a page in the SASS loop, 16 of them its cp.async copies (04: ~1,080).
+// Keys and values land with their 16-byte chunk index XORed with (token & 7), so that each 8x8
+// matrix an ldmatrix reads (8 tokens, one chunk) hits 8 bank groups.
+// Hypothesis: with the issue load cut ~3x, 04's pipeline keeps DRAM busy: >= 85 % of the read
 // ceiling at batch 64, KV 16k.
 // What ncu should show: dram__throughput near its peak; issue active well under 04's; the
 // stall mix the pipeline's wait (long-scoreboard on the ldmatrix after cp.async.wait_group).
