@@ -194,7 +194,8 @@ def test_bench_builds_every_variant_before_it_takes_a_gpu(tmp_path):
     """`kernelbook bench` compiles first and takes the GPU's lock after (so that parallel
     benches' compiles do not queue behind each other's measurements): here, with no GPU, a
     variant that does not compile is named, where asking for the GPU first would have said
-    only that there is none; a batch that compiles gets as far as the GPU."""
+    only that there is none; a batch that compiles, or records its failed compiles, gets as
+    far as the GPU."""
     from kernelbook import gpu
 
     if gpu.detect()[0] is not None:
@@ -205,6 +206,12 @@ def test_bench_builds_every_variant_before_it_takes_a_gpu(tmp_path):
     assert "kinds/04_broken: triton failed on kernels/kinds/04_broken.py" in proc.stderr
     assert "no GPU to run on" not in proc.stderr
     proc = kernelbook_cli(root, "bench", "kinds", "01_cuda", "02_triton", "--size", "64")
+    assert proc.returncode != 0 and "no GPU to run on" in proc.stderr, proc.stderr
+    # --record-failure: the failed compile is kept for its rows, and the batch goes on to
+    # the GPU (where its rows would be written: tests/test_kinds_gpu.py)
+    args = ["bench", "kinds", "04_broken", "01_cuda", "--size", "64", "--record-failure"]
+    proc = kernelbook_cli(root, *args)
+    assert "kinds/04_broken: compile failed: kinds/04_broken: triton failed" in proc.stderr
     assert proc.returncode != 0 and "no GPU to run on" in proc.stderr, proc.stderr
 
 

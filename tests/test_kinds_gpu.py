@@ -45,6 +45,22 @@ def test_each_kind_is_checked_and_timed(tmp_path, variant):
     kb(root, "launch", "kinds", variant, "--size", "100x70x33", "--check")
 
 
+def test_a_batch_records_a_variant_that_does_not_compile_and_runs_the_rest(tmp_path):
+    """`kernelbook bench` of several variants with --record-failure: every one is built
+    before the GPU is taken, and one whose compile fails gets failed rows (failure
+    'compile', the compiler's first line), the others checked and timed as usual."""
+    root = kinds_repo(tmp_path / "repo", broken=True)
+    out = tmp_path / "m.parquet"
+    proc = kb(root, "bench", "kinds", "04_broken", "01_cuda", "--size", "64",
+              "--record-failure", "--out", str(out))  # fmt: skip
+    df = pd.read_parquet(out).set_index("variant")
+    assert list(df.index) == ["04_broken", "01_cuda"], df[["status", "reason"]]
+    assert df.loc["04_broken", "status"] == "failed" and df.loc["04_broken", "failure"] == "compile"
+    assert "triton failed on kernels/kinds/04_broken.py" in df.loc["04_broken", "reason"]
+    assert df.loc["01_cuda", "status"] == "ok"
+    assert "kinds/04_broken: compile failed" in proc.stderr
+
+
 @pytest.mark.parametrize(
     "study, variant, sizes",
     [

@@ -85,6 +85,19 @@ def _build(project, study, variant, tmp: Path, cubin=None, build_table=None) -> 
     )
 
 
+def _build_or_record(project, study, variant, tmp: Path, record_failure: bool) -> BuildInfo:
+    """_build, or (``record_failure``) a failed compile kept as the variant's BuildInfo: its
+    rows then say why, with failure 'compile', and the batch's other variants still run."""
+    try:
+        return _build(project, study, variant, tmp)
+    except nvcc.CompileError as e:
+        if not record_failure:
+            raise
+        _eprint(f"{study.name}/{variant.id}: compile failed: {e}")
+        flags = nvcc_flags_text(project, variant)
+        return BuildInfo(tmp / f"{variant.id}.cubin", "", flags, str(e).splitlines()[0], "compile")
+
+
 def _plain_rows(project, study, variant, info, sizes, slot, samples, record_failure) -> list:
     """A plain variant's rows: its cubin (``info``) checked and timed at ``sizes``."""
     return bench.bench_variant(
@@ -105,7 +118,8 @@ def bench_variants(
     """Several plain variants (a ladder, a tune space's candidates) checked and timed in one
     process, one after another, each beside its baselines: one start-up, one GPU lock, one
     table. All are built first, before the GPU is taken (a cache hit where the cubin cache
-    holds one; a compile that fails stops the bench there, naming it). A variant that
+    holds one); a compile that fails stops the bench, naming the variant, or with
+    ``record_failure`` becomes that variant's failed rows. A variant that
     fails is recorded (with ``record_failure``) and the next one runs; after a crash or a
     hang the device is gone, so the rest are named as not run and the rows so far written."""
     problem = problems.get(study.problem)
@@ -119,7 +133,7 @@ def bench_variants(
     rows: list[dict] = []
     samples: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
-        infos = [_build(project, study, v, Path(tmp)) for v in variants]
+        infos = [_build_or_record(project, study, v, Path(tmp), record_failure) for v in variants]
         slot = gpu.acquire_slot()  # every variant built first: no compile holds the lock
         for i, (v, info) in enumerate(zip(variants, infos, strict=True)):
             got = _plain_rows(project, study, v, info, parsed, slot, samples, record_failure)
