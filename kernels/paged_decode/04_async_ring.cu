@@ -82,16 +82,9 @@ paged_async_ring(int B, int L, int max_pages, const int* __restrict__ lens,
   RING(ring);
   uint4* const mine = ring + (size_t)warp * NS * CHUNKS;  // this warp's NS stages
   const int* const row = table + (size_t)b * max_pages;
-  // this warp's pages: first, first + WARPS, ...; the prologue starts the first NS - 1
-  const int first = t0 / P + warp;
-#pragma unroll
-  for (int s = 0; s < NS - 1; ++s) {
-    const int pg = first + s * WARPS;
-    if (pg * P < t1) copy_page(mine + s * CHUNKS, kc, vc, row[pg], min(P, t1 - pg * P), kvh, lane);
-    commit_copies();  // an empty group past the range keeps the count uniform
-  }
-  int next = first + (NS - 1) * WARPS;  // the page to copy next, and its table entry
-  int next_page = next * P < t1 ? row[next] : 0;
+  const int first = t0 / P + warp;  // this warp's pages: first, first + WARPS, ...
+  auto copy = [&](uint4* st, int page, int valid) { copy_page(st, kc, vc, page, valid, kvh, lane); };
+  PageRing<NS, CHUNKS, decltype(copy)> pages(mine, row, first, t1, WARPS, copy);
 
   __shared__ float4 qs[G][D / 4];         // the group's queries, times log2(e) / sqrt(D)
   __shared__ float4 ps[WARPS][G][P / 4];  // a warp's page: each head's 16 probabilities
@@ -113,17 +106,8 @@ paged_async_ring(int B, int L, int max_pages, const int* __restrict__ lens,
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[g][i] = 0.0f;
   }
-  int stage = 0, fill = NS - 1;  // the stage to read, the stage to copy into
   for (int pg = first; pg * P < t1; pg += WARPS) {
-    if (next * P < t1) copy_page(mine + fill * CHUNKS, kc, vc, next_page, min(P, t1 - next * P), kvh, lane);
-    commit_copies();
-    next += WARPS;
-    next_page = next * P < t1 ? row[next] : 0;  // in flight during this page's math
-    fill = fill == NS - 1 ? 0 : fill + 1;
-    wait_copies<NS - 1>();  // this lane's copies of page pg have landed
-    __syncwarp();           // and every lane's
-
-    const uint4* const st = mine + stage * CHUNKS;
+    const uint4* const st = pages.current();
     const int valid = min(P, t1 - pg * P);
     uint4 kr[8];
 #pragma unroll
@@ -166,10 +150,9 @@ paged_async_ring(int B, int L, int max_pages, const int* __restrict__ lens,
         }
       }
     }
-    __syncwarp();  // every lane has read this stage and ps before they are written again
-    stage = stage == NS - 1 ? 0 : stage + 1;
+    pages.release();
   }
-  wait_copies<0>();  // nothing left in flight (the groups past the range are empty)
+  pages.finish();
   Part pt[G];
 #pragma unroll
   for (int g = 0; g < G; ++g) {

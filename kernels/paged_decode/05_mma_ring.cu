@@ -118,14 +118,8 @@ paged_mma_ring(int B, int L, int max_pages, const int* __restrict__ lens,
   uint4* const mine = ring + (size_t)warp * NS * CHUNKS;  // this warp's NS stages
   const int* const row = table + (size_t)b * max_pages;
   const int first = t0 / P + warp;  // this warp's pages: first, first + WARPS, ...
-#pragma unroll
-  for (int s = 0; s < NS - 1; ++s) {
-    const int pg = first + s * WARPS;
-    if (pg * P < t1) copy_page(mine + s * CHUNKS, kc, vc, row[pg], min(P, t1 - pg * P), kvh, lane);
-    commit_copies();  // an empty group past the range keeps the count uniform
-  }
-  int next = first + (NS - 1) * WARPS;  // the page to copy next, and its table entry
-  int next_page = next * P < t1 ? row[next] : 0;
+  auto copy = [&](uint4* st, int page, int valid) { copy_page(st, kc, vc, page, valid, kvh, lane); };
+  PageRing<NS, CHUNKS, decltype(copy)> pages(mine, row, first, t1, WARPS, copy);
 
   // A fragments of the queries (rows: the group's heads 0..3, rows 4..15 zero), unscaled bf16;
   // the scores are scaled by log2(e) / sqrt(D) in FP32
@@ -147,17 +141,8 @@ paged_mma_ring(int B, int L, int max_pages, const int* __restrict__ lens,
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[nt][i] = 0.0f;
 
-  int stage = 0, fill = NS - 1;  // the stage to read, the stage to copy into
   for (int pg = first; pg * P < t1; pg += WARPS) {
-    if (next * P < t1) copy_page(mine + fill * CHUNKS, kc, vc, next_page, min(P, t1 - next * P), kvh, lane);
-    commit_copies();
-    next += WARPS;
-    next_page = next * P < t1 ? row[next] : 0;  // in flight during this page's math
-    fill = fill == NS - 1 ? 0 : fill + 1;
-    wait_copies<NS - 1>();  // this lane's copies of page pg have landed
-    __syncwarp();           // and every lane's
-
-    const uint4* const st = mine + stage * CHUNKS;
+    const uint4* const st = pages.current();
     const int valid = min(P, t1 - pg * P);
     // S: [n-tile j][k-step parity][4], two chains a tile so that no mma waits on the last
     float s[2][2][4];
@@ -209,10 +194,9 @@ paged_mma_ring(int B, int L, int max_pages, const int* __restrict__ lens,
       mma_bf16(acc[nt], pa0, 0u, pa2, 0u, vb[0], vb[1]);
       mma_bf16(acc[nt + 1], pa0, 0u, pa2, 0u, vb[2], vb[3]);
     }
-    __syncwarp();  // every lane has read this stage before it is copied into again
-    stage = stage == NS - 1 ? 0 : stage + 1;
+    pages.release();
   }
-  wait_copies<0>();  // nothing left in flight (the groups past the range are empty)
+  pages.finish();
   l += __shfl_xor_sync(0xffffffffu, l, 1);  // head g's sum over its quad's tokens
   l += __shfl_xor_sync(0xffffffffu, l, 2);
 
