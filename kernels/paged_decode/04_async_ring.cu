@@ -28,11 +28,7 @@
 // shared memory NS x 32 KB; then the combine (paged.cuh), grid (B * 32), block 128.
 #define PAGED_SPLIT  // the workspace records and the combine kernel (paged.cuh)
 #include "paged.cuh"
-#include "ring.cuh"  // the warp's cp.async copies, their commit and wait
-#ifndef NS
-#define NS 3  // pages a warp's ring holds
-#endif
-#define CHUNKS (2 * P * D / 8)  // 16-byte chunks of a page's keys and values: 512
+#include "ring.cuh"  // the warp's page ring: NS stages of CHUNKS, its cp.async copies
 
 // this lane's 16 copies of page `page` (valid tokens of it: `valid`, 0 for none) into a stage:
 // keys at [token][chunk ^ 2 (token & 3)], values at 256 + [token][chunk]. Copy i of lane l is

@@ -27,10 +27,6 @@
 #include "paged.cuh"
 #include "ring.cuh"
 #include "../common/mma.cuh"
-#ifndef NS
-#define NS 3  // pages a warp's ring holds
-#endif
-#define CHUNKS (2 * P * D / 8)  // 16-byte chunks of a page's keys and values: 512
 #define ROW (D / 8)             // 16-byte chunks of a token's 128 dims: 16
 
 // chunk ch of token t of a stage's keys (values: + CHUNKS / 2), swizzled

@@ -8,6 +8,11 @@
 #pragma once
 #include <cuda_bf16.h>
 
+#ifndef NS
+#define NS 3  // pages a warp's ring holds
+#endif
+#define CHUNKS (2 * P * D / 8)  // 16-byte chunks of a page's keys and values: 512
+
 #ifdef KERNELBOOK_EMU
 #include <cstring>
 #define RING(name) uint4* name = reinterpret_cast<uint4*>(emu_dynamic_smem)

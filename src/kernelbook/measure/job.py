@@ -118,10 +118,9 @@ def bench_variants(
     """Several plain variants (a ladder, a tune space's candidates) checked and timed in one
     process, one after another, each beside its baselines: one start-up, one GPU lock, one
     table. All are built first, before the GPU is taken (a cache hit where the cubin cache
-    holds one); a compile that fails stops the bench, naming the variant, or with
-    ``record_failure`` becomes that variant's failed rows. A variant that
-    fails is recorded (with ``record_failure``) and the next one runs; after a crash or a
-    hang the device is gone, so the rest are named as not run and the rows so far written."""
+    holds one). A variant that fails, to compile or to run, stops the bench naming it, or
+    (``record_failure``) gets failed rows and the next one runs; after a crash or a hang the
+    device is gone, so the rest are named as not run and the rows so far written."""
     problem = problems.get(study.problem)
     parsed = _parse_sizes(problem, sizes)
     tuned = [v.id for v in variants if v.is_tuned]
