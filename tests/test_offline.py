@@ -117,3 +117,18 @@ def test_snakemake_schedules_gpu_jobs_without_pulp(tmp_path):
     assert sorted(p.read_text() for p in (tmp_path / "out").iterdir()) == [
         f"{i}\n" for i in range(4)
     ]
+
+
+def test_the_default_wheel_folder_carries_the_report_reader_the_profile_needs():
+    """The host ncu's own extras/python ncu_report made profile jobs exit silently on the H200
+    (Python 3.12): the default requirements must bring the ncu-report wheel, at the lock's
+    version, and never pulp's 16 MB beside it."""
+    reqs = [
+        line.split("#")[0].strip()
+        for line in (REPO / "tools" / "offline" / "requirements.txt").read_text().splitlines()
+    ]
+    names = {r.split(">")[0].split("=")[0].split("<")[0].strip().lower() for r in reqs if r}
+    assert "ncu-report" in names, names
+    assert "pulp" not in names
+    locked = (REPO / "constraints.txt").read_text()
+    assert "ncu-report==" in locked
