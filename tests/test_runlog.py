@@ -99,3 +99,48 @@ def test_a_measuring_snakemake_run_records_its_segment(tmp_path):
     plain = snakemake(repo, "--cores", "1", target, "--config", "studies=[sgemm]")
     assert plain.returncode == 0
     assert len(runlog.segments(repo / "results" / "h200" / "runs")) == 1
+
+
+def test_a_run_of_one_invocation_a_study_says_each_study_s_part(tmp_path):
+    """Four invocations, one study each, the last cut short and never resumed: the run is
+    not complete, but the studies measured before it are, and their pages say so."""
+    runs, bench = tmp_path / "runs", tmp_path / "benchmarks"
+    t = 1_800_000_000.0
+    for i, (study, secs) in enumerate([("sgemm", 468), ("paged", 154), ("decode", 348)]):
+        _segment(runs, f"{i}.json", t, t + secs, empty=i == 0)
+        r = json.loads((runs / f"{i}.json").read_text())
+        (runs / f"{i}.json").write_text(json.dumps({**r, "studies": [study]}))
+        t += secs + 5
+    _segment(runs, "3.json", t, None, empty=False)
+    r = json.loads((runs / "3.json").read_text())
+    (runs / "3.json").write_text(json.dumps({**r, "studies": ["w4a16"]}))
+    _job(bench, "w4a16-first", t + 120)
+    segs = runlog.segments(runs, bench)
+    run = runlog.summary(segs, "sgemm")
+    assert run["segments"] == 4 and run["cut"] == 1 and run["resumed"] == 0
+    assert not run["complete"] and run["wall_s"] == 468 + 154 + 348 + 120
+    assert run["study"] == {"name": "sgemm", "segments": 1, "wall_s": 468.0, "complete": True}
+    text = runlog.text(run)
+    assert "over 4 invocations (1 cut short), from an empty results/" in text
+    assert text.endswith(
+        ", not complete. sgemm was measured in 1 of its invocations, 7.8 min (468 s), complete."
+    )
+    assert runlog.summary(segs, "w4a16")["study"]["complete"] is False
+    # a study the run never named has no part of its own, and a run of that study alone
+    # says nothing more
+    assert "study" not in runlog.summary(segs, "hgemm")
+    one = runlog.summary(segs[:1], "sgemm")
+    assert runlog.text(one).endswith(
+        "from an empty results/, " + one["started_at"] + " to " + one["ended_at"] + ", complete."
+    )
+    # the index: one line for the run, each study's own part after it
+    from kernelbook.report import index
+
+    worklogs = tmp_path / "worklogs"
+    for study in ("sgemm", "paged"):
+        out = worklogs / "h200" / study / "data" / "run.json"
+        runlog.write(runs, bench, out, study)
+    lines = [ln for ln in index.runs_lines(worklogs, [("h200", "paged"), ("h200", "sgemm")]) if ln]
+    assert len(lines) == 1 and lines[0].startswith("**h200**, paged, sgemm: The run that")
+    own = "Each study's own invocations: paged 2.6 min, complete; sgemm 7.8 min, complete."
+    assert lines[0].endswith("not complete. " + own)

@@ -551,11 +551,55 @@ def test_publish_copies_everything_and_indexes(rendered_ok, tmp_path):
         assert (root / "worklogs" / link).exists(), link
     details = find_table(index, "study", "best variant")
     assert same(details[0]["% of baseline"], best["pct_of_baseline"])
-    # republishing replaces the folder whole (no stale figure survives)
+    # republishing replaces the folder whole (no stale figure survives), but keeps the
+    # record of a change of method that `kernelbook before-after` wrote beside the page
     (dest / "figures" / "old.png").write_bytes(b"x")
+    (dest / "before-after.md").write_text("# before and after\n")
     proc = run_in(root, args)
     assert proc.returncode == 0, output(proc)
     assert not (dest / "figures" / "old.png").exists()
+    assert (dest / "before-after.md").read_text() == "# before and after\n"
+
+
+def test_before_after_between_two_published_revisions_survives_a_republish(published_repo):
+    """`before-after REV --after REV2` compares two committed pages and names both commits,
+    so the file and its regenerate line stay true once data/ holds a newer run."""
+    root = published_repo
+    folder = Path("worklogs") / GPU / STUDY
+    data = root / folder / "data" / "measurements.parquet"
+
+    def git(*a):
+        proc = subprocess.run(["git", *a], cwd=root, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.strip()
+
+    git("init", "-q")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "before", "--allow-empty")
+    git("add", "-f", str(folder))
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "before")
+    first = git("rev-parse", "--short", "HEAD")
+    meas = tables.read(data)
+    tables.write(
+        meas.assign(pct_of_baseline=meas["pct_of_baseline"] * 2), data, "measurements", SIZES
+    )
+    git("add", "-f", str(folder))
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "after")
+    second = git("rev-parse", "--short", "HEAD")
+    proc = kernelbook_cli(root, "before-after", "HEAD~1", "--after", "HEAD", str(folder))
+    assert proc.returncode == 0, output(proc)
+    text = (root / folder / "before-after.md").read_text()
+    assert f"published at {first} " in text and f"those published at {second} " in text
+    assert f"`kernelbook before-after {first} --after {second} {folder}`" in text
+    row = meas[(meas["status"] == "ok") & (meas["size"] == HEADLINE)].iloc[0]
+    pct = float(row["pct_of_baseline"])
+    assert f"{pct:.1f} -> {2 * pct:.1f}" in text
+    # a newer run in data/ (not committed) changes nothing the pinned command writes
+    tables.write(meas.assign(pct_of_baseline=0.5), data, "measurements", SIZES)
+    proc = kernelbook_cli(root, "before-after", first, "--after", second, str(folder))
+    assert proc.returncode == 0, output(proc)
+    assert (root / folder / "before-after.md").read_text() == text
+    proc = kernelbook_cli(root, "before-after", "nosuchrev", str(folder))
+    assert proc.returncode != 0 and "'nosuchrev' is not a git revision" in output(proc)
 
 
 PUBLISHED = layout.published(REPO / "worklogs")

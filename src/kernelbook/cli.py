@@ -256,7 +256,7 @@ def cmd_meta(args) -> int:
 def cmd_before_after(args) -> int:
     from kernelbook.report import quality
 
-    return quality.write_before_after(args.rev, args.folders)
+    return quality.write_before_after(args.rev, args.folders, args.after)
 
 
 def cmd_compare(args) -> int:
@@ -456,6 +456,11 @@ def parser() -> argparse.ArgumentParser:
         "before-after", help="a study's published measurements against those at a git revision"
     )
     s.add_argument("rev")
+    s.add_argument(
+        "--after",
+        metavar="REV2",
+        help="compare with the measurements published at REV2, not with data/ as it is now",
+    )
     s.add_argument(
         "folders",
         nargs="+",

@@ -86,19 +86,23 @@ def segments(folder: str | Path, benchmarks: str | Path | None = None) -> list[d
     return out
 
 
-def summary(segs: list[dict]) -> dict | None:
+def summary(segs: list[dict], study: str | None = None) -> dict | None:
     """The run as a whole, from its last segment that began on an empty results/ (earlier
     ones made tables since measured again): its wall time (the segments' summed), segments,
-    how many were cut, whether it began on an empty results/ and ended complete; None
-    without segments."""
+    how many were cut (and of those, how many a later segment resumed), whether it began on
+    an empty results/ and ended complete; None without segments. With ``study``, also that
+    study's own part (``study``: the segments that named it, their wall time, and whether
+    the last of them ended complete), which a run of several invocations, one study each,
+    needs: its last invocation cut short leaves the run, not every study, incomplete."""
     if not segs:
         return None
     fresh = [i for i, s in enumerate(segs) if s.get("empty_at_start")]
     segs = segs[fresh[-1] :] if fresh else segs
-    return {
+    run = {
         "wall_s": float(sum(s["wall_s"] for s in segs)),
         "segments": len(segs),
         "cut": sum(s["status"] == CUT for s in segs),
+        "resumed": sum(s["status"] == CUT for s in segs[:-1]),
         "from_empty": bool(segs[0].get("empty_at_start")),
         "complete": segs[-1]["status"] == COMPLETE,
         "started_at": segs[0]["started_at"],
@@ -108,33 +112,55 @@ def summary(segs: list[dict]) -> dict | None:
         "studies": sorted({name for s in segs for name in s.get("studies", [])}),
         "hosts": sorted({s["hostname"] for s in segs}),
     }
+    own = [s for s in segs if study in s.get("studies", [])]
+    if study is not None and own:
+        run["study"] = {
+            "name": study,
+            "segments": len(own),
+            "wall_s": float(sum(s["wall_s"] for s in own)),
+            "complete": own[-1]["status"] == COMPLETE,
+        }
+    return run
 
 
 def text(run: dict | None) -> str:
-    """One sentence on a run's wall time, for the pages."""
+    """One sentence on a run's wall time, for the pages (and one more on the study's own
+    invocations, where the run measured other studies too)."""
     if not run:
         return ""
     minutes = run["wall_s"] / 60
     parts = [f"{minutes:.1f} min of wall time ({run['wall_s']:.0f} s)"]
     if run["segments"] > 1:
-        parts.append(
-            f"over {run['segments']} invocations ({run['cut']} cut short and resumed)"
-            if run["cut"]
-            else f"over {run['segments']} invocations"
-        )
+        if not run["cut"]:
+            parts.append(f"over {run['segments']} invocations")
+        else:  # a record written before resumes were counted had resumed them all
+            cut, resumed = run["cut"], run.get("resumed", run["cut"])
+            how = " and resumed" if resumed == cut else f", {resumed} resumed" if resumed else ""
+            parts.append(f"over {run['segments']} invocations ({cut} cut short{how})")
     origin = "from an empty results/" if run["from_empty"] else "resuming earlier tables"
     state = "complete" if run["complete"] else "not complete"
-    return (
+    out = (
         f"The run that measured these tables took {', '.join(parts)}, {origin}, "
         f"{run['started_at']} to {run['ended_at']}, {state}."
     )
+    own = run.get("study")
+    if own and run.get("studies", []) != [own["name"]]:
+        out += (
+            f" {own['name']} was measured in {own['segments']} of its invocations, "
+            f"{own['wall_s'] / 60:.1f} min ({own['wall_s']:.0f} s), "
+            f"{'complete' if own['complete'] else 'not complete'}."
+        )
+    return out
 
 
-def write(runs: str | Path, benchmarks: str | Path, out: str | Path) -> dict | None:
-    """``out`` (a study's run.json): the run's summary and its segments, as they stand now
-    (a segment still open reads as cut at its last job); nothing where no segment exists."""
+def write(
+    runs: str | Path, benchmarks: str | Path, out: str | Path, study: str | None = None
+) -> dict | None:
+    """``out`` (a study's run.json): the run's summary (with ``study``'s own part) and its
+    segments, as they stand now (a segment still open reads as cut at its last job); nothing
+    where no segment exists."""
     segs = segments(runs, benchmarks)
-    run = summary(segs)
+    run = summary(segs, study)
     if run is None:
         return None
     Path(out).parent.mkdir(parents=True, exist_ok=True)

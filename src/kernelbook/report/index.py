@@ -110,16 +110,25 @@ def index(worklogs: str | Path = WORKLOGS) -> str:
 
 def runs_lines(worklogs, pairs) -> list[str]:
     """Per GPU, the runs its published studies were measured in and their wall time
-    (data/run.json, kernelbook.runlog); studies published before the record say nothing."""
-    runs: dict[tuple[str, str], tuple[dict, list[str]]] = {}
+    (data/run.json, kernelbook.runlog), with each study's own invocations where the run
+    measured others too; studies published before the record say nothing."""
+    runs: dict[tuple[str, str], tuple[dict, dict[str, dict | None]]] = {}
     for g, s in pairs:
         path = published_paths(worklogs, g, s)["run"]
         if path.is_file():
             run = json.loads(path.read_text())["run"]
-            runs.setdefault((g, run["started_at"]), (run, []))[1].append(s)
+            runs.setdefault((g, run["started_at"]), (run, {}))[1][s] = run.get("study")
     lines = []
     for (g, _), (run, studies) in sorted(runs.items()):
-        lines.append(f"**{g}**, {', '.join(sorted(studies))}: {runlog.text(run)}")
+        line = f"**{g}**, {', '.join(sorted(studies))}: {runlog.text(dict(run, study=None))}"
+        own = [
+            f"{s} {p['wall_s'] / 60:.1f} min, {'complete' if p['complete'] else 'not complete'}"
+            for s, p in sorted(studies.items())
+            if p and run.get("studies", []) != [s]
+        ]
+        if own:
+            line += f" Each study's own invocations: {'; '.join(own)}."
+        lines.append(line)
         lines.append("")
     return lines
 

@@ -7,6 +7,7 @@ pages rendered again from published data.
         worklog.html                  the same page, standalone
         figures/                      PNG + SVG of every figure on the page
         data/                         the tables (Parquet) and study.json the page was made from
+        before-after.md               where made (kernelbook before-after): kept by a new publish
     worklogs/README.md                the index (kernelbook.report.index)
 
 Through the command line (kernelbook.cli), for the rules and anyone without the DAG:
@@ -34,6 +35,10 @@ from kernelbook.layout import (
 )
 from kernelbook.report.index import write_index
 from kernelbook.report.sources import PAGE_ONLY
+
+# Files of a published folder that no run writes (kernelbook before-after's record of a change
+# of method, between two published revisions): publishing the study again keeps them.
+KEPT = ("before-after.md",)
 
 
 class PublishError(RuntimeError):
@@ -69,6 +74,9 @@ def publish(results: str | Path, worklogs: str | Path, gpu: str, study: str) -> 
         shutil.copytree(src["figures"], tmp / "figures")
         shutil.copy2(src["md"], tmp / "README.md")
         shutil.copy2(src["html"], tmp / "worklog.html")
+        for name in KEPT:  # made beside a page, not by the run: a new run keeps them
+            if (dest / name).is_file():
+                shutil.copy2(dest / name, tmp / name)
         old = None
         if dest.exists():
             old = dest.parent / f".{study}.old"
@@ -110,7 +118,7 @@ def render_results(results, gpu: str, study: str, configfile="config/config.yaml
     if not paths["measurements"].is_file():
         raise PublishError(f"cannot render {gpu}/{study}: {paths['measurements']} not found")
     # the run's wall time so far (kernelbook.runlog), for the page's pipeline cost
-    runlog.write(runs_dir(gpu, results), benchmarks_dir(results), paths["run"])
+    runlog.write(runs_dir(gpu, results), benchmarks_dir(results), paths["run"], study)
     project = cfg.load_project_file(configfile, overrides={"studies": [study]})
     # study.json as rule study_meta writes it from the current config: a `snakemake tables`
     # run does not rewrite it, so one written before a variant was added would leave that

@@ -320,30 +320,48 @@ def before_after(before: pd.DataFrame, after: pd.DataFrame, headline: str | None
     return f"{what} ({col})\n\n" + "\n".join(lines) + "\n"
 
 
-def write_before_after(rev: str, folders) -> int:
-    """`kernelbook before-after REV worklogs/<gpu>/<study> ...`: write each folder's
-    before-after.md, comparing the measurements published at git revision REV with those
-    published now."""
+def write_before_after(rev: str, folders, after: str | None = None) -> int:
+    """`kernelbook before-after REV [--after REV2] worklogs/<gpu>/<study> ...`: write each
+    folder's before-after.md, comparing the measurements published at git revision REV with
+    those published at REV2 (default: those in data/ now). Both revisions are written as
+    commits, so the file stays true, and its regenerate line reproducible, after the study
+    is published again (publish keeps the file: it records a change of method, not a run)."""
     import io
     import json
     import subprocess
     from pathlib import Path
 
+    def commit(r: str) -> str:
+        proc = subprocess.run(
+            ["git", "rev-parse", "--short", f"{r}^{{commit}}"], capture_output=True, text=True
+        )
+        if proc.returncode != 0:
+            raise SystemExit(f"kernelbook before-after: {r!r} is not a git revision")
+        return proc.stdout.strip()
+
+    def at(r: str, path: Path) -> pd.DataFrame:
+        proc = subprocess.run(["git", "show", f"{r}:{path.as_posix()}"], capture_output=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"kernelbook before-after: {path} is not in git at {r}")
+        return pd.read_parquet(io.BytesIO(proc.stdout))
+
+    rev = commit(rev)
+    after = commit(after) if after else None
     for folder in map(Path, folders):
         data = folder / "data" / "measurements.parquet"
-        old = subprocess.run(
-            ["git", "show", f"{rev}:{data.as_posix()}"], capture_output=True, check=True
-        ).stdout
-        before, after = pd.read_parquet(io.BytesIO(old)), pd.read_parquet(data)
+        before = at(rev, data)
+        now = at(after, data) if after else pd.read_parquet(data)
         meta = json.loads((folder / "data" / "study.json").read_text())
-        commit = ", ".join(sorted(set(after["git_commit"].astype(str))))
+        measured = ", ".join(sorted(set(now["git_commit"].astype(str))))
         was = ", ".join(sorted(set(before["git_commit"].astype(str))))
+        where = f"those published at {after}" if after else "those in data/"
+        pinned = rev + (f" --after {after}" if after else "")
         text = (
             f"# {folder.name} on {folder.parent.name}: before and after\n\n"
             f"Before: the measurements published at {rev} (measured at {was}). After: "
-            f"those in data/ (measured at {commit}).\n\n"
-            + before_after(before, after, meta.get("headline"))
-            + f"\nRegenerate: `kernelbook before-after {rev} {folder}`\n"
+            f"{where} (measured at {measured}).\n\n"
+            + before_after(before, now, meta.get("headline"))
+            + f"\nRegenerate: `kernelbook before-after {pinned} {folder}`\n"
         )
         (folder / "before-after.md").write_text(text)
         print(f"{folder}/before-after.md")
