@@ -99,6 +99,30 @@ def test_several_kernels_only_for_cuda_c_through_cupy(tmp_path, study):
         config.load_study(bad, project.settings, REPO_ROOT)
 
 
+def test_the_tma_step_maps_q_k_v_as_stacked_heads(tmp_path, study):
+    """07's tensor maps: each of Q, K, V is B*H*S rows of D bf16 (the launcher encodes one
+    map per name, in the config's order); a map of the logsumexp (float32, not a matrix of
+    the problem) is refused by name."""
+    st, project = study
+    v = st.variant("07_wgmma_tma")
+    assert [
+        name
+        for name, *_ in v.launch(
+            {"B": 2, "H": 3, "S": 1000, "D": 128, "causal": 0}, 232448, 132
+        ).tma
+    ] == ["Q", "K", "V"]
+    assert ATT.matrices({"B": 2, "H": 3, "S": 1000, "D": 128, "causal": 1})["K"] == (6000, 128)
+    text = (REPO_ROOT / "config/studies/attention.yaml").read_text()
+    bad = tmp_path / "attention.yaml"
+    old = "      V: {box: [BN, 64], swizzle: 128}\n"
+    assert old in text
+    bad.write_text(text.replace(old, old + "      L: {box: [BN, 64], swizzle: 128}\n"))
+    with pytest.raises(
+        ConfigError, match=r"07_wgmma_tma.*tma.L: problem 'attention' has no matrix 'L'"
+    ):
+        config.load_study(bad, project.settings, REPO_ROOT)
+
+
 def test_causal_may_be_zero_but_other_sizes_may_not(tmp_path, study):
     _, project = study
     text = (REPO_ROOT / "config/studies/attention.yaml").read_text()
@@ -236,6 +260,12 @@ def test_kernels_compile_without_spills(study, tmp_path):
             assert count("LDGSTS") > 0, v.id
         if v.id.startswith(("01", "02", "03")):
             assert count("HMMA") == 0, v.id
+        if v.arch == "sm_90a":  # 07 on: Hopper's warpgroup MMA and TMA, no mma.sync
+            assert count("HGMMA") > 0 and count("UTMALDG") > 0, v.id
+            assert count("HMMA") == 0 and count("LDSM") == 0, v.id
+            # 08 on: a producer warpgroup gives its registers to the two that compute
+            assert (count("USETMAXREG") > 0) == (v.id >= "08"), v.id
+            assert "C7508" not in res.log, f"{v.id}: ptxas ignored setmaxnreg"
 
 
 def test_facet_figure_against_s_per_d_and_causal(tmp_path):

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 from conftest import CHECK_TIMING
 from test_gpu import INFO, WHY, bench
+from test_hgemm_gpu import _hopper, _kb
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(INFO is None, reason=f"no GPU here: {WHY}")]
 
@@ -19,6 +21,9 @@ VARIANTS = [
     "04_fa2_mma",
     "05_fa2_pipelined",
     "06_fa2_causal_skip",
+    "07_wgmma_tma",
+    "08_warp_specialized",
+    "09_pingpong",
 ]
 # small, both head sizes; odd S (not a multiple of any tile) and B*H > 1, causal and not
 SIZES = [
@@ -49,3 +54,19 @@ def test_odd_head_size_is_skipped_visibly(tmp_path):
     )
     assert list(df["status"]) == ["skipped"]
     assert "D == 64 or D == 128" in df["reason"].iloc[0]
+
+
+@pytest.mark.parametrize("variant", ["07_wgmma_tma", "09_pingpong"])
+def test_the_tma_steps_are_clean_under_every_sanitizer_tool(tmp_path, variant):
+    """The Hopper steps launch through cuda-bindings with three tensor maps; device-side,
+    their TMA copies, mbarrier waits, named barriers and wgmmas leave every tool nothing to
+    report (07: one block barrier a tile; 09: a producer warpgroup and turns)."""
+    if not _hopper():
+        pytest.skip(f"{variant} is built for sm_90a: needs a Hopper GPU")
+    build = tmp_path / "build"
+    _kb("compile", "attention", variant, "--cubin", str(build / variant / "kernel.cubin"))
+    out = tmp_path / "sanitizer.parquet"
+    _kb("sanitize", "attention", variant, "--build-dir", str(build), "--out", str(out))
+    df = pd.read_parquet(out).set_index("tool")
+    assert set(df.index) == {"memcheck", "racecheck", "initcheck", "synccheck"}
+    assert (df["verdict"] == "clean").all(), df[["verdict", "errors", "first_finding"]]

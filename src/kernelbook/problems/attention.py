@@ -96,6 +96,12 @@ class Attention(Problem):
     figure_of_merit = "tflops"
     peak = "bf16_tensor"  # the FA2 steps run on BF16 tensor cores: their roof is that peak
 
+    def matrices(self, s: dict[str, int]) -> dict[str, tuple[int, int]]:
+        """Q, K, V and O as the 2-D row-major matrices a tensor map describes (config
+        `tma:`): every (b, h)'s S rows stacked, D columns."""
+        rows = s["B"] * s["H"] * s["S"]
+        return {name: (rows, s["D"]) for name in ("Q", "K", "V", "O")}
+
     # ---- cost model ------------------------------------------------------------------
     def flops(self, s):
         f = 4.0 * s["B"] * s["H"] * s["S"] * s["S"] * s["D"]

@@ -1,0 +1,341 @@
+// The Hopper (sm_90a) attention forward body shared by steps 07 and later (each step's .cu
+// file sets its switches and says what it changes). ABI: see src/kernelbook/problems/
+// attention.py; the tensor maps of Q, K and V (rows B*H*S, columns D, bf16, boxes of 64
+// columns with the 128-byte swizzle) come after the problem's arguments (config `tma:`).
+//
+// One block owns BM = 128 consecutive queries of one (b, h): two warpgroups, 64 query rows
+// each. Q, and each BN-key tile of K and V, arrive by TMA into shared memory as D / 64
+// column halves of rows x 64 bf16 (128 bytes a row, 16-byte chunk c of row r at c ^ (r % 8)),
+// completing on mbarriers; K and V tiles go round a ring of STAGES stages, thread 0 refilling
+// a stage once both warpgroups are done with it.
+//
+// S = Q·Kᵀ is wgmma m64nBNk16 with both operands K-major in shared memory (the hgemm
+// descriptor, sm90.cuh: the k-th 16-column slice of a half starts 32 * k bytes in). The
+// online softmax runs on S's accumulators, whose layout is that of wgmma's register A
+// operand: P, rounded to bf16, feeds O += P·V as wgmma m64nDk16 with A from registers. V is
+// [keys][D] in shared memory, D contiguous: B of P·V is N-major ("MN-major", transposed,
+// imm-trans-b = 1), whose 128-byte-swizzled descriptor reads, along N, 64 contiguous
+// elements a row and the next 64 at the leading byte offset (the next half: BN * 128
+// bytes), and along K (the keys) rows 128 bytes apart within a group of 8 and the next group
+// at the stride byte offset (1024 bytes). The 16-key slice k starts 16 * 128 * k bytes in.
+//
+// Switches (defines): FA3_WS (0: every warpgroup computes and thread 0 refills a stage after a
+// block barrier, step 07; 1: warpgroup 0 is a producer that only issues the TMA copies, the
+// others compute and free each stage with an mbarrier arrive, setmaxnreg moving registers
+// from the producer to them, step 08), FA3_PINGPONG (with FA3_WS and two computing
+// warpgroups: they take turns at the tensor core, each issuing its S = Q·Kᵀ only after the
+// other has issued its, on two named barriers, so that one's softmax runs while the other's
+// GEMMs do, step 09).
+//
+// Rows past S: a tile of K or V that runs past a sequence's end reads the next (b, h)'s rows
+// (or zeros past the tensor's end, TMA's out-of-bounds fill); those keys are masked to -inf
+// before the softmax, so their P is 0 and their V rows add nothing. Query rows past S are
+// computed and not stored.
+#pragma once
+#include "../hgemm/sm90.cuh"
+
+#ifndef BM
+#define BM 128
+#endif
+#ifndef BN
+#define BN 128
+#endif
+#ifndef STAGES
+#define STAGES 2
+#endif
+#ifndef FA3_WS
+#define FA3_WS 0
+#endif
+#ifndef FA3_PINGPONG
+#define FA3_PINGPONG 0
+#endif
+
+namespace fa3 {
+
+constexpr int CONSUMERS = BM / 64;                 // warpgroups that compute, 64 rows each
+constexpr int NT = (CONSUMERS + FA3_WS) * 128;     // + the producer warpgroup (FA3_WS)
+static_assert(BM % 64 == 0 && BM <= 256, "one warpgroup per 64 query rows");
+static_assert(BN == 64 || BN == 128, "S tile: wgmma m64n64 or m64n128");
+static_assert(STAGES >= 1 && STAGES <= 4, "K/V ring");
+static_assert(!FA3_PINGPONG || (FA3_WS && CONSUMERS == 2), "ping-pong: two computing warpgroups");
+
+// named barriers 1 and 2 (0 is __syncthreads): computing warpgroup c waits on 1 + c for its
+// turn at the tensor core, and hands the turn over by arriving on the other's
+KB_DEVICE void turn_wait(int c) {
+  asm volatile("bar.sync %0, 256;" ::"r"(1 + c) : "memory");
+}
+KB_DEVICE void turn_pass(int c) {
+  asm volatile("bar.arrive %0, 256;" ::"r"(2 - c) : "memory");
+}
+
+// the descriptor of a B operand stored N-major ([K rows][N], N contiguous) in 128-byte
+// swizzled halves of 64 columns, `half_bytes` apart
+KB_DEVICE uint64_t sw128_desc_nmajor(const void* tile, uint32_t half_bytes) {
+  uint64_t addr = smem_u32(tile);
+  return ((addr & 0x3FFFF) >> 4) | (uint64_t((half_bytes >> 4) & 0x3FFF) << 16) |
+         (64ull << 32) | (1ull << 62);
+}
+
+// D(64 x N, fp32) += A(64 x 16, registers, bf16) * B(16 x N, smem, N-major: transposed)
+template <int N>
+KB_DEVICE void wgmma_rs_tb(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t db, int scale_d = 1);
+
+template <>
+KB_DEVICE void wgmma_rs_tb<64>(float (&d)[32], const uint32_t (&a)[4], uint64_t db, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d)
+      : "memory");
+}
+
+template <>
+KB_DEVICE void wgmma_rs_tb<128>(float (&d)[64], const uint32_t (&a)[4], uint64_t db, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d)
+      : "memory");
+}
+
+KB_DEVICE uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+template <int D>
+struct Smem {
+  static constexpr int HALVES = D / 64;
+  static constexpr int Q_BYTES = BM * D * 2;
+  static constexpr int KV_BYTES = BN * D * 2;  // one K or V tile
+  static constexpr int BYTES = Q_BYTES + 2 * STAGES * KV_BYTES;
+};
+
+// load rows [row, row + rows) of a [rows_total][D] matrix as D / 64 swizzled halves
+KB_DEVICE void load_halves(uint8_t* dst, const CUtensorMap* map, uint64_t* bar, int row,
+                           int halves, int rows) {
+  for (int h = 0; h < halves; ++h) tma_load(dst + h * rows * 128, map, bar, 64 * h, row);
+}
+
+template <int D>
+KB_DEVICE void body(int S, float scale, int causal, __nv_bfloat16* O, float* L,
+                    const CUtensorMap* tmQ, const CUtensorMap* tmK, const CUtensorMap* tmV,
+                    uint8_t* smem, uint64_t* qbar, uint64_t* kbar, uint64_t* vbar,
+                    uint64_t* empty) {
+  using SM = Smem<D>;
+  constexpr int HALVES = SM::HALVES;
+  const int tid = threadIdx.x, warp = (tid % 128) / 32, lane = tid % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int bh = blockIdx.y;
+  // causal: the last query blocks have the most key tiles; start them first
+  const int qblock = causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+  const int q0 = qblock * BM;
+  const int row0 = bh * S;  // this (b, h)'s first row in the tensor maps
+  int ntiles = (S + BN - 1) / BN;
+  if (causal) ntiles = min(ntiles, (q0 + BM + BN - 1) / BN);
+
+  uint8_t* sQ = smem;
+  uint8_t* sK = smem + SM::Q_BYTES;
+  uint8_t* sV = sK + STAGES * SM::KV_BYTES;
+
+  if (tid == 0) {
+    tma_prefetch_descriptor(tmQ);
+    tma_prefetch_descriptor(tmK);
+    tma_prefetch_descriptor(tmV);
+    mbar_init(qbar, 1);
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(&kbar[s], 1);
+      mbar_init(&vbar[s], 1);
+      mbar_init(&empty[s], CONSUMERS * 4);  // one arrive per computing warp (FA3_WS)
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+
+  // tile j's K and V into stage j % STAGES, each completing on its own barrier
+  auto load_kv = [&](int j) {
+    const int st = j % STAGES, r = row0 + j * BN;
+    mbar_expect_tx(&kbar[st], SM::KV_BYTES);
+    load_halves(sK + st * SM::KV_BYTES, tmK, &kbar[st], r, HALVES, BN);
+    mbar_expect_tx(&vbar[st], SM::KV_BYTES);
+    load_halves(sV + st * SM::KV_BYTES, tmV, &vbar[st], r, HALVES, BN);
+  };
+
+#if FA3_WS
+  if (tid < 128) {  // the producer warpgroup: one thread issues every copy
+    setmaxnreg_dec<24>();
+    if (tid == 0) {
+      mbar_expect_tx(qbar, SM::Q_BYTES);
+      load_halves(sQ, tmQ, qbar, row0 + q0, HALVES, BM);
+      for (int j = 0; j < ntiles; ++j) {
+        // stage j % STAGES last held tile j - STAGES: wait until every computing warp is done
+        if (j >= STAGES) mbar_wait(&empty[j % STAGES], (j / STAGES - 1) & 1);
+        load_kv(j);
+      }
+    }
+    return;
+  }
+  setmaxnreg_inc<240>();
+  const int wg = tid / 128 - 1;  // this computing warpgroup's 64 query rows
+#else
+  if (tid == 0) {
+    mbar_expect_tx(qbar, SM::Q_BYTES);
+    load_halves(sQ, tmQ, qbar, row0 + q0, HALVES, BM);
+    for (int j = 0; j < STAGES && j < ntiles; ++j) load_kv(j);
+  }
+  const int wg = tid / 128;
+#endif
+
+  float o[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+  float s[BN / 2];
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  const float sl2 = scale * 1.4426950408889634f;  // scores in the log2 domain
+  const int qrow = q0 + 64 * wg + 16 * warp + g;  // this thread's rows: qrow, qrow + 8
+  const uint8_t* qw = sQ + wg * 64 * 128;          // this warpgroup's 64 rows of each half
+
+  mbar_wait(qbar, 0);
+#if FA3_PINGPONG
+  if (wg == 1) turn_pass(1);  // warpgroup 0 goes first
+#endif
+  for (int j = 0; j < ntiles; ++j) {
+    const int st = j % STAGES;
+    const uint32_t phase = (j / STAGES) & 1;
+    const uint8_t* tK = sK + st * SM::KV_BYTES;
+    const uint8_t* tV = sV + st * SM::KV_BYTES;
+
+    // S = Q·Kᵀ: D / 16 wgmmas, the k-th from half k / 4 at 32 * (k % 4) bytes
+    mbar_wait(&kbar[st], phase);
+#if FA3_PINGPONG
+    turn_wait(wg);
+#endif
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < D / 16; ++k) {
+      const int h = k / 4, c = 32 * (k % 4);
+      wgmma_bf16<BN>(s, sw128_desc(qw + h * BM * 128 + c), sw128_desc(tK + h * BN * 128 + c),
+                     k > 0);
+    }
+    wgmma_commit();
+#if FA3_PINGPONG
+    turn_pass(wg);  // the other warpgroup's S goes next, while this one waits for its own
+#endif
+    wgmma_wait<0>();
+
+    // mask keys past S, and above the diagonal when causal, in the tiles that need it
+    const int k0 = j * BN;
+    if (k0 + BN > S || (causal && k0 + BN - 1 > q0 + 64 * wg + 16 * warp)) {
+#pragma unroll
+      for (int n = 0; n < BN / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int kj = k0 + 8 * n + 2 * t + (e & 1);
+          const int qi = qrow + 8 * (e >> 1);
+          if (kj >= S || (causal && kj > qi)) s[4 * n + e] = -INFINITY;
+        }
+    }
+
+    // online softmax over this tile's BN scores of each of the thread's two rows
+    float alpha[2], mu[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int n = 0; n < BN / 8; ++n) mx = fmaxf(mx, fmaxf(s[4 * n + 2 * h], s[4 * n + 2 * h + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float mn = fmaxf(m[h], mx * sl2);
+      mu[h] = mn == -INFINITY ? 0.f : mn;  // a row with nothing unmasked yet
+      alpha[h] = exp2f(m[h] - mu[h]);
+      m[h] = mn;
+    }
+    float rs[2] = {0.f, 0.f};
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) {
+      const float p = exp2f(s[i] * sl2 - mu[(i >> 1) & 1]);
+      s[i] = p;
+      rs[(i >> 1) & 1] += p;
+    }
+    l[0] = l[0] * alpha[0] + rs[0];
+    l[1] = l[1] * alpha[1] + rs[1];
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
+
+    // P as bf16 A fragments: 16-key slice k is S's column blocks 2k and 2k + 1
+    uint32_t pa[BN / 16][4];
+#pragma unroll
+    for (int k = 0; k < BN / 16; ++k) {
+      pa[k][0] = pack_bf16(s[8 * k + 0], s[8 * k + 1]);
+      pa[k][1] = pack_bf16(s[8 * k + 2], s[8 * k + 3]);
+      pa[k][2] = pack_bf16(s[8 * k + 4], s[8 * k + 5]);
+      pa[k][3] = pack_bf16(s[8 * k + 6], s[8 * k + 7]);
+    }
+
+    // O += P·V: BN / 16 wgmmas, V's 16-key slice k at 2048 * k bytes
+    mbar_wait(&vbar[st], phase);
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < BN / 16; ++k)
+      wgmma_rs_tb<D>(o, pa[k], sw128_desc_nmajor(tV + 2048 * k, BN * 128));
+    wgmma_commit();
+    wgmma_wait<0>();
+
+#if FA3_WS
+    if (lane == 0) mbar_arrive(&empty[st]);  // this warp is done with stage st
+#else
+    __syncthreads();  // both warpgroups are done with stage st
+    if (tid == 0 && j + STAGES < ntiles) load_kv(j + STAGES);
+#endif
+  }
+
+  // O / l and the logsumexp: a row's sum is spread over its quad
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+  }
+  O += (size_t)row0 * D;
+  L += row0;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int qi = qrow + 8 * h;
+    if (qi >= S) continue;
+    const float inv = l[h] > 0.f ? 1.f / l[h] : 0.f;
+    __nv_bfloat16* orow = O + (size_t)qi * D;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+      *reinterpret_cast<uint32_t*>(orow + 8 * n + 2 * t) =
+          pack_bf16(o[4 * n + 2 * h] * inv, o[4 * n + 2 * h + 1] * inv);
+    if (t == 0) L[qi] = (m[h] + log2f(l[h])) * 0.6931471805599453f;
+  }
+}
+
+}  // namespace fa3
+
+// The entry: problem arguments, then the tensor maps of Q, K and V (config `tma:` order)
+#define FA3_ENTRY(name)                                                                      \
+  extern "C" __global__ void __launch_bounds__(fa3::NT, 1)                                   \
+      name(int B, int H, int S, int D, float scale, int causal, const __nv_bfloat16* Q,      \
+           const __nv_bfloat16* K, const __nv_bfloat16* V, __nv_bfloat16* O, float* L,       \
+           const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK, \
+           const __grid_constant__ CUtensorMap tmV) {                                        \
+    extern __shared__ uint8_t smem_raw[];                                                    \
+    /* 128-byte swizzled tiles start on 1024 bytes (the launch asks for 1 KiB extra) */      \
+    uint8_t* smem = reinterpret_cast<uint8_t*>(                                              \
+        (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));                  \
+    __shared__ __align__(8) uint64_t bars[1 + 3 * STAGES]; /* Q, K full, V full, empty */ \
+    uint64_t *kbar = bars + 1, *vbar = kbar + STAGES, *empty = vbar + STAGES;               \
+    if (D == 64)                                                                             \
+      fa3::body<64>(S, scale, causal, O, L, &tmQ, &tmK, &tmV, smem, bars, kbar, vbar, empty); \
+    else if (D == 128)                                                                       \
+      fa3::body<128>(S, scale, causal, O, L, &tmQ, &tmK, &tmV, smem, bars, kbar, vbar, empty);\
+  }
