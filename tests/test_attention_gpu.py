@@ -4,15 +4,20 @@ shape and at an odd one, causal and not, beside both SDPA baselines."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from conftest import CHECK_TIMING
 from test_gpu import INFO, WHY, bench
-from test_hgemm_gpu import _hopper, _kb
+from test_hgemm_gpu import _hopper
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(INFO is None, reason=f"no GPU here: {WHY}")]
 
+ROOT = Path(__file__).resolve().parents[1]
 QUICK = {"timing": {**CHECK_TIMING, "min_samples": 5}}
 VARIANTS = [
     "01_naive",
@@ -70,3 +75,84 @@ def test_the_tma_steps_are_clean_under_every_sanitizer_tool(tmp_path, variant):
     df = pd.read_parquet(out).set_index("tool")
     assert set(df.index) == {"memcheck", "racecheck", "initcheck", "synccheck"}
     assert (df["verdict"] == "clean").all(), df[["verdict", "errors", "first_finding"]]
+
+
+def _kb(*args):
+    cmd = [sys.executable, "-m", "kernelbook", "--settings", json.dumps({"studies": ["attention"]})]
+    proc = subprocess.run([*cmd, *args], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, f"kernelbook {' '.join(args)}:\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+# One warpgroup, one product through fa3.cuh's own helpers: O (64 x D) = P (64 x KEYS) · V
+# (KEYS x D) with P from registers (the mma A-fragment layout) and V written into shared
+# memory as TMA's 128-byte swizzle lays it out (D / 64 halves of KEYS rows of 128 bytes, chunk
+# c of row r at c ^ (r % 8)), read through the transposed-B descriptor, 16 keys a wgmma.
+PROBE = r"""
+#include "fa3.cuh"
+extern "C" __global__ void __launch_bounds__(128, 1)
+probe_pv(const __nv_bfloat16* P, const __nv_bfloat16* V, float* O) {
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* sv = reinterpret_cast<uint8_t*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  for (int i = tid; i < PK * PD; i += 128) {
+    const int r = i / PD, d = i % PD, h = d / 64, c = d % 64;
+    const int off = h * PK * 128 + r * 128 + (((c / 8) ^ (r % 8)) * 16) + (c % 8) * 2;
+    *reinterpret_cast<__nv_bfloat16*>(sv + off) = V[i];
+  }
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  __syncthreads();
+  float o[PD / 2];
+  for (int i = 0; i < PD / 2; ++i) o[i] = 0.f;
+  auto p = [&](int r, int c) { return P[r * PK + c]; };
+  const int r0 = 16 * warp + g;
+  wgmma_fence();
+#pragma unroll
+  for (int k = 0; k < PK / 16; ++k) {
+    const int c0 = 16 * k + 2 * t;
+    __nv_bfloat162 a0 = {p(r0, c0), p(r0, c0 + 1)}, a1 = {p(r0 + 8, c0), p(r0 + 8, c0 + 1)};
+    __nv_bfloat162 a2 = {p(r0, c0 + 8), p(r0, c0 + 9)};
+    __nv_bfloat162 a3 = {p(r0 + 8, c0 + 8), p(r0 + 8, c0 + 9)};
+    const uint32_t a[4] = {*reinterpret_cast<uint32_t*>(&a0), *reinterpret_cast<uint32_t*>(&a1),
+                           *reinterpret_cast<uint32_t*>(&a2), *reinterpret_cast<uint32_t*>(&a3)};
+    fa3::wgmma_rs_tb<PD>(o, a, fa3::sw128_desc_nmajor(sv + 2048 * k, PK * 128), k > 0);
+  }
+  wgmma_commit();
+  wgmma_wait<0>();
+  for (int n = 0; n < PD / 8; ++n)
+    for (int h = 0; h < 2; ++h)
+      for (int e = 0; e < 2; ++e) O[(r0 + 8 * h) * PD + 8 * n + 2 * t + e] = o[4 * n + 2 * h + e];
+}
+"""
+
+
+@pytest.mark.parametrize("keys, d", [(16, 64), (128, 128), (128, 64)])
+def test_the_transposed_b_wgmma_reads_v_as_tma_lays_it_out(tmp_path, keys, d):
+    """The P·V product of the Hopper steps alone: a wrong leading or stride byte offset, or a
+    wrong slice step, scrambles rows or columns of O against numpy's P @ V."""
+    if not _hopper():
+        pytest.skip("wgmma needs a Hopper GPU (sm_90a)")
+    import cupy as cp
+
+    src = tmp_path / "probe.cu"
+    src.write_text(PROBE)
+    cubin = tmp_path / "probe.cubin"
+    subprocess.run(
+        ["nvcc", "-gencode=arch=compute_90a,code=sm_90a", "-O3", "-cubin", f"-DPK={keys}",
+         f"-DPD={d}", f"-I{ROOT / 'kernels' / 'attention'}", "-o", str(cubin), str(src)],
+        check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    rng = np.random.default_rng(20261202)
+    p = rng.standard_normal((64, keys)).astype(np.float32)
+    v = rng.standard_normal((keys, d)).astype(np.float32)
+    bf = lambda x: (x.view(np.uint32) >> 16).astype(np.uint16)  # noqa: E731 (truncate to bf16)
+    back = lambda b: (b.astype(np.uint32) << 16).view(np.float32)  # noqa: E731
+    pb, vb = bf(p), bf(v)
+    out = cp.zeros((64, d), dtype=cp.float32)
+    kern = cp.RawModule(path=str(cubin)).get_function("probe_pv")
+    smem = keys * d * 2 + 1024
+    kern.max_dynamic_shared_size_bytes = smem
+    kern((1,), (128,), (cp.asarray(pb), cp.asarray(vb), out), shared_mem=smem)
+    want = back(pb).astype(np.float64) @ back(vb).astype(np.float64)
+    np.testing.assert_allclose(cp.asnumpy(out), want, rtol=1e-5, atol=1e-4)
