@@ -383,6 +383,18 @@ def kb(*args: str, settings: dict | None = None, timeout: float = 900, check: bo
     return proc
 
 
+def sanitizer_rows(tmp_path: Path, study: str, variant: str):
+    """`kernelbook compile` then `kernelbook sanitize` of one variant, as the book's jobs run
+    them; its sanitizer table, one row a tool."""
+    import pandas as pd
+
+    build, out = tmp_path / "build", tmp_path / "sanitizer.parquet"
+    own = {"studies": [study]}
+    kb("compile", study, variant, "--cubin", str(build / variant / "kernel.cubin"), settings=own)
+    kb("sanitize", study, variant, "--build-dir", str(build), "--out", str(out), settings=own)
+    return pd.read_parquet(out).set_index("tool")
+
+
 def bench_rows(tmp_path: Path, settings: dict, study: str, variant: str, sizes):
     """`kernelbook bench STUDY VARIANT --size ...` under ``settings``, in the repository;
     its measurements table (an AssertionError with the output if the command fails)."""

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
-from conftest import CHECK_TIMING
+from conftest import CHECK_TIMING, sanitizer_rows
 from test_gpu import INFO, WHY, bench
 from test_hgemm_gpu import _hopper
 
@@ -68,20 +66,9 @@ def test_the_tma_steps_are_clean_under_every_sanitizer_tool(tmp_path, variant):
     report (07: one block barrier a tile; 09: a producer warpgroup and turns)."""
     if not _hopper():
         pytest.skip(f"{variant} is built for sm_90a: needs a Hopper GPU")
-    build = tmp_path / "build"
-    _kb("compile", "attention", variant, "--cubin", str(build / variant / "kernel.cubin"))
-    out = tmp_path / "sanitizer.parquet"
-    _kb("sanitize", "attention", variant, "--build-dir", str(build), "--out", str(out))
-    df = pd.read_parquet(out).set_index("tool")
+    df = sanitizer_rows(tmp_path, "attention", variant)
     assert set(df.index) == {"memcheck", "racecheck", "initcheck", "synccheck"}
     assert (df["verdict"] == "clean").all(), df[["verdict", "errors", "first_finding"]]
-
-
-def _kb(*args):
-    cmd = [sys.executable, "-m", "kernelbook", "--settings", json.dumps({"studies": ["attention"]})]
-    proc = subprocess.run([*cmd, *args], cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, f"kernelbook {' '.join(args)}:\n{proc.stdout}\n{proc.stderr}"
-    return proc
 
 
 # One warpgroup, one product through fa3.cuh's own helpers: O (64 x D) = P (64 x KEYS) · V

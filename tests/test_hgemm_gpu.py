@@ -7,14 +7,10 @@ The sm_90a steps (06-10) need a Hopper GPU; elsewhere they are skipped with the 
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
-import pandas as pd
 import pytest
-from conftest import CHECK_TIMING, candidate_sample
+from conftest import CHECK_TIMING, candidate_sample, sanitizer_rows
 
 from kernelbook import gpu
 
@@ -79,24 +75,13 @@ def test_every_hgemm_variant_correct_at_a_small_and_odd_shapes(bench_batch, vari
         assert (df["status"] == "ok").all(), "the sm_90a steps handle every shape with K % 8 == 0"
 
 
-def _kb(*args):
-    cmd = [sys.executable, "-m", "kernelbook", "--settings", json.dumps({"studies": ["hgemm"]})]
-    proc = subprocess.run([*cmd, *args], cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, f"kernelbook {' '.join(args)}:\n{proc.stdout}\n{proc.stderr}"
-    return proc
-
-
 @pytest.mark.parametrize("variant", ["06_wgmma_tma", "09_cluster_multicast"])
 def test_tma_variants_are_clean_under_every_sanitizer_tool(tmp_path, variant):
     """A TMA variant's launch goes through cuda-bindings, whose entry-point probing
     memcheck once counted as 34 API errors; device-side, every tool finds nothing."""
     if not _hopper():
         pytest.skip(f"{variant} is built for sm_90a: needs a Hopper GPU")
-    build = tmp_path / "build"
-    _kb("compile", "hgemm", variant, "--cubin", str(build / variant / "kernel.cubin"))
-    out = tmp_path / "sanitizer.parquet"
-    _kb("sanitize", "hgemm", variant, "--build-dir", str(build), "--out", str(out))
-    df = pd.read_parquet(out).set_index("tool")
+    df = sanitizer_rows(tmp_path, "hgemm", variant)
     assert set(df.index) == {"memcheck", "racecheck", "initcheck", "synccheck"}
     assert (df["verdict"] == "clean").all(), df[["verdict", "errors", "first_finding"]]
     assert (df["exit_code"] == 0).all()

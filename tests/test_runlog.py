@@ -123,7 +123,7 @@ def test_a_run_of_one_invocation_a_study_says_each_study_s_part(tmp_path):
     text = runlog.text(run)
     assert "over 4 invocations (1 cut short), from an empty results/" in text
     assert text.endswith(
-        ", not complete. sgemm was measured in 1 of its invocations, 7.8 min (468 s), complete."
+        ", not complete. sgemm was measured in 1 of them, 7.8 min (468 s), complete."
     )
     assert runlog.summary(segs, "w4a16")["study"]["complete"] is False
     # a study the run never named has no part of its own, and a run of that study alone

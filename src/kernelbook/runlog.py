@@ -146,7 +146,7 @@ def text(run: dict | None) -> str:
     own = run.get("study")
     if own and run.get("studies", []) != [own["name"]]:
         out += (
-            f" {own['name']} was measured in {own['segments']} of its invocations, "
+            f" {own['name']} was measured in {own['segments']} of them, "
             f"{own['wall_s'] / 60:.1f} min ({own['wall_s']:.0f} s), "
             f"{'complete' if own['complete'] else 'not complete'}."
         )
