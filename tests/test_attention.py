@@ -266,6 +266,9 @@ def test_kernels_compile_without_spills(study, tmp_path):
             # 08 on: a producer warpgroup gives its registers to the two that compute
             assert (count("USETMAXREG") > 0) == (v.id >= "08"), v.id
             assert "C7508" not in res.log, f"{v.id}: ptxas ignored setmaxnreg"
+            # no wgmma serialised by ptxas (C7513, C7515, ...): 10 keeps a product in flight
+            # under the softmax only if nothing writes its registers meanwhile
+            assert "are serialized" not in res.log, f"{v.id}: ptxas serialised the wgmmas"
 
 
 def test_facet_figure_against_s_per_d_and_causal(tmp_path):

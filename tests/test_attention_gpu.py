@@ -27,6 +27,7 @@ VARIANTS = [
     "07_wgmma_tma",
     "08_warp_specialized",
     "09_pingpong",
+    "10_intra_overlap",
 ]
 # small, both head sizes; odd S (not a multiple of any tile) and B*H > 1, causal and not
 SIZES = [
@@ -59,11 +60,12 @@ def test_odd_head_size_is_skipped_visibly(tmp_path):
     assert "D == 64 or D == 128" in df["reason"].iloc[0]
 
 
-@pytest.mark.parametrize("variant", ["07_wgmma_tma", "09_pingpong"])
+@pytest.mark.parametrize("variant", ["07_wgmma_tma", "09_pingpong", "10_intra_overlap"])
 def test_the_tma_steps_are_clean_under_every_sanitizer_tool(tmp_path, variant):
     """The Hopper steps launch through cuda-bindings with three tensor maps; device-side,
     their TMA copies, mbarrier waits, named barriers and wgmmas leave every tool nothing to
-    report (07: one block barrier a tile; 09: a producer warpgroup and turns)."""
+    report (07: one block barrier a tile; 09: a producer warpgroup and turns; 10: two wgmma
+    groups in flight, K and V freed apart)."""
     if not _hopper():
         pytest.skip(f"{variant} is built for sm_90a: needs a Hopper GPU")
     df = sanitizer_rows(tmp_path, "attention", variant)

@@ -25,13 +25,18 @@
 // from the producer to them, step 08), FA3_PINGPONG (with FA3_WS and two computing
 // warpgroups: they take turns at the tensor core, each issuing its S = Q·Kᵀ only after the
 // other has issued its, on two named barriers, so that one's softmax runs while the other's
-// GEMMs do, step 09).
+// GEMMs do, step 09), FA3_OVERLAP (with FA3_WS: the loop is software-pipelined inside each
+// warpgroup: S(j) = Q·K(j)ᵀ and O += P(j-1)·V(j-1) are issued together, the softmax of S(j)
+// runs while P(j-1)·V(j-1) is in flight, and O is rescaled once that product lands; K and V
+// stages are freed on barriers of their own, K as soon as S(j) is done, step 10).
 //
 // Rows past S: a tile of K or V that runs past a sequence's end reads the next (b, h)'s rows
 // (or zeros past the tensor's end, TMA's out-of-bounds fill); those keys are masked to -inf
 // before the softmax, so their P is 0 and their V rows add nothing. Query rows past S are
 // computed and not stored.
 #pragma once
+#include <type_traits>
+
 #include "../hgemm/sm90.cuh"
 
 #ifndef BM
@@ -49,6 +54,9 @@
 #ifndef FA3_PINGPONG
 #define FA3_PINGPONG 0
 #endif
+#ifndef FA3_OVERLAP
+#define FA3_OVERLAP 0
+#endif
 
 namespace fa3 {
 
@@ -58,6 +66,7 @@ static_assert(BM % 64 == 0 && BM <= 256, "one warpgroup per 64 query rows");
 static_assert(BN == 64 || BN == 128, "S tile: wgmma m64n64 or m64n128");
 static_assert(STAGES >= 1 && STAGES <= 4, "K/V ring");
 static_assert(!FA3_PINGPONG || (FA3_WS && CONSUMERS == 2), "ping-pong: two computing warpgroups");
+static_assert(!FA3_OVERLAP || FA3_WS, "intra-warpgroup overlap: a producer warpgroup");
 
 // named barriers 1 and 2 (0 is __syncthreads): computing warpgroup c waits on 1 + c for its
 // turn at the tensor core, and hands the turn over by arriving on the other's
@@ -129,7 +138,7 @@ template <int D>
 KB_DEVICE void body(int S, float scale, int causal, __nv_bfloat16* O, float* L,
                     const CUtensorMap* tmQ, const CUtensorMap* tmK, const CUtensorMap* tmV,
                     uint8_t* smem, uint64_t* qbar, uint64_t* kbar, uint64_t* vbar,
-                    uint64_t* empty) {
+                    uint64_t* kfree, uint64_t* vfree) {
   using SM = Smem<D>;
   constexpr int HALVES = SM::HALVES;
   const int tid = threadIdx.x, warp = (tid % 128) / 32, lane = tid % 32;
@@ -154,19 +163,23 @@ KB_DEVICE void body(int S, float scale, int causal, __nv_bfloat16* O, float* L,
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(&kbar[s], 1);
       mbar_init(&vbar[s], 1);
-      mbar_init(&empty[s], CONSUMERS * 4);  // one arrive per computing warp (FA3_WS)
+      mbar_init(&kfree[s], CONSUMERS * 4);  // one arrive per computing warp (FA3_WS)
+      mbar_init(&vfree[s], CONSUMERS * 4);  // (FA3_OVERLAP; before, kfree frees K and V)
     }
     fence_barrier_init();
   }
   __syncthreads();
 
-  // tile j's K and V into stage j % STAGES, each completing on its own barrier
-  auto load_kv = [&](int j) {
-    const int st = j % STAGES, r = row0 + j * BN;
+  // tile j's K (or V) into stage j % STAGES, each completing on its own barrier
+  auto load_k = [&](int j) {
+    const int st = j % STAGES;
     mbar_expect_tx(&kbar[st], SM::KV_BYTES);
-    load_halves(sK + st * SM::KV_BYTES, tmK, &kbar[st], r, HALVES, BN);
+    load_halves(sK + st * SM::KV_BYTES, tmK, &kbar[st], row0 + j * BN, HALVES, BN);
+  };
+  auto load_v = [&](int j) {
+    const int st = j % STAGES;
     mbar_expect_tx(&vbar[st], SM::KV_BYTES);
-    load_halves(sV + st * SM::KV_BYTES, tmV, &vbar[st], r, HALVES, BN);
+    load_halves(sV + st * SM::KV_BYTES, tmV, &vbar[st], row0 + j * BN, HALVES, BN);
   };
 
 #if FA3_WS
@@ -177,8 +190,11 @@ KB_DEVICE void body(int S, float scale, int causal, __nv_bfloat16* O, float* L,
       load_halves(sQ, tmQ, qbar, row0 + q0, HALVES, BM);
       for (int j = 0; j < ntiles; ++j) {
         // stage j % STAGES last held tile j - STAGES: wait until every computing warp is done
-        if (j >= STAGES) mbar_wait(&empty[j % STAGES], (j / STAGES - 1) & 1);
-        load_kv(j);
+        const uint32_t parity = (j / STAGES - 1) & 1;
+        if (j >= STAGES) mbar_wait(&kfree[j % STAGES], parity);
+        load_k(j);
+        if (FA3_OVERLAP && j >= STAGES) mbar_wait(&vfree[j % STAGES], parity);
+        load_v(j);
       }
     }
     return;
@@ -189,7 +205,10 @@ KB_DEVICE void body(int S, float scale, int causal, __nv_bfloat16* O, float* L,
   if (tid == 0) {
     mbar_expect_tx(qbar, SM::Q_BYTES);
     load_halves(sQ, tmQ, qbar, row0 + q0, HALVES, BM);
-    for (int j = 0; j < STAGES && j < ntiles; ++j) load_kv(j);
+    for (int j = 0; j < STAGES && j < ntiles; ++j) {
+      load_k(j);
+      load_v(j);
+    }
   }
   const int wg = tid / 128;
 #endif
@@ -198,39 +217,33 @@ KB_DEVICE void body(int S, float scale, int causal, __nv_bfloat16* O, float* L,
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
   float s[BN / 2];
+  uint32_t pa[BN / 16][4];  // P as bf16 A fragments
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   const float sl2 = scale * 1.4426950408889634f;  // scores in the log2 domain
   const int qrow = q0 + 64 * wg + 16 * warp + g;  // this thread's rows: qrow, qrow + 8
   const uint8_t* qw = sQ + wg * 64 * 128;          // this warpgroup's 64 rows of each half
 
-  mbar_wait(qbar, 0);
-#if FA3_PINGPONG
-  if (wg == 1) turn_pass(1);  // warpgroup 0 goes first
-#endif
-  for (int j = 0; j < ntiles; ++j) {
-    const int st = j % STAGES;
-    const uint32_t phase = (j / STAGES) & 1;
+  // S = Q·Kᵀ of the K tile in stage st: D / 16 wgmmas, the k-th from half k / 4 at
+  // 32 * (k % 4) bytes (issued, not waited for)
+  auto issue_s = [&](int st) {
     const uint8_t* tK = sK + st * SM::KV_BYTES;
-    const uint8_t* tV = sV + st * SM::KV_BYTES;
-
-    // S = Q·Kᵀ: D / 16 wgmmas, the k-th from half k / 4 at 32 * (k % 4) bytes
-    mbar_wait(&kbar[st], phase);
-#if FA3_PINGPONG
-    turn_wait(wg);
-#endif
-    wgmma_fence();
 #pragma unroll
     for (int k = 0; k < D / 16; ++k) {
       const int h = k / 4, c = 32 * (k % 4);
       wgmma_bf16<BN>(s, sw128_desc(qw + h * BM * 128 + c), sw128_desc(tK + h * BN * 128 + c),
                      k > 0);
     }
-    wgmma_commit();
-#if FA3_PINGPONG
-    turn_pass(wg);  // the other warpgroup's S goes next, while this one waits for its own
-#endif
-    wgmma_wait<0>();
-
+  };
+  // O += P·V of the V tile in stage st: BN / 16 wgmmas, V's 16-key slice k at 2048 * k bytes
+  auto issue_pv = [&](int st, const uint32_t(&p)[BN / 16][4]) {
+    const uint8_t* tV = sV + st * SM::KV_BYTES;
+#pragma unroll
+    for (int k = 0; k < BN / 16; ++k)
+      wgmma_rs_tb<D>(o, p[k], sw128_desc_nmajor(tV + 2048 * k, BN * 128));
+  };
+  // tile j's scores in s -> P in s: masked, then the online softmax of each of the thread's
+  // two rows; m and l move on, O's rescaling factor is left in alpha
+  auto softmax = [&](int j, float (&alpha)[2]) {
     // mask keys past S, and above the diagonal when causal, in the tiles that need it
     const int k0 = j * BN;
     if (k0 + BN > S || (causal && k0 + BN - 1 > q0 + 64 * wg + 16 * warp)) {
@@ -243,9 +256,7 @@ KB_DEVICE void body(int S, float scale, int causal, __nv_bfloat16* O, float* L,
           if (kj >= S || (causal && kj > qi)) s[4 * n + e] = -INFINITY;
         }
     }
-
-    // online softmax over this tile's BN scores of each of the thread's two rows
-    float alpha[2], mu[2];
+    float mu[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float mx = -INFINITY;
@@ -267,11 +278,65 @@ KB_DEVICE void body(int S, float scale, int causal, __nv_bfloat16* O, float* L,
     }
     l[0] = l[0] * alpha[0] + rs[0];
     l[1] = l[1] * alpha[1] + rs[1];
+  };
+#if FA3_OVERLAP
+  // softmax() for a P·V still in flight: the same arithmetic, but S's registers are only
+  // read (the mask applied as they are read) and P goes straight to bf16 fragments pb. ptxas
+  // waits for every outstanding wgmma before the first write to any accumulator register,
+  // so writing P over S would end the overlap there.
+  auto softmax_packed = [&](int j, float (&alpha)[2], uint32_t (&pb)[BN / 16][4]) {
+    const int k0 = j * BN;
+    auto run = [&](auto masked) {
+      constexpr bool MASK = decltype(masked)::value;
+      // element i = 4n + e: key k0 + 8n + 2t + (e & 1), query row qrow + 8 (e >> 1)
+      auto val = [&](int i) {
+        if (MASK) {
+          const int kj = k0 + 8 * (i / 4) + 2 * t + (i & 1);
+          const int qi = qrow + 8 * ((i >> 1) & 1);
+          if (kj >= S || (causal && kj > qi)) return -INFINITY;
+        }
+        return s[i];
+      };
+      float mu[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < BN / 8; ++n)
+          mx = fmaxf(mx, fmaxf(val(4 * n + 2 * h), val(4 * n + 2 * h + 1)));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float mn = fmaxf(m[h], mx * sl2);
+        mu[h] = mn == -INFINITY ? 0.f : mn;  // a row with nothing unmasked yet
+        alpha[h] = exp2f(m[h] - mu[h]);
+        m[h] = mn;
+      }
+      float rs[2] = {0.f, 0.f};
+#pragma unroll
+      for (int k = 0; k < BN / 16; ++k)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const int i = 8 * k + 2 * q;
+          const float p0 = exp2f(val(i) * sl2 - mu[q & 1]);
+          const float p1 = exp2f(val(i + 1) * sl2 - mu[q & 1]);
+          rs[q & 1] += p0 + p1;
+          pb[k][q] = pack_bf16(p0, p1);
+        }
+      l[0] = l[0] * alpha[0] + rs[0];
+      l[1] = l[1] * alpha[1] + rs[1];
+    };
+    if (k0 + BN > S || (causal && k0 + BN - 1 > q0 + 64 * wg + 16 * warp))
+      run(std::true_type{});
+    else
+      run(std::false_type{});
+  };
+#endif
+  auto rescale_o = [&](const float (&alpha)[2]) {
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
-
-    // P as bf16 A fragments: 16-key slice k is S's column blocks 2k and 2k + 1
-    uint32_t pa[BN / 16][4];
+  };
+  // P to bf16 A fragments: 16-key slice k is S's column blocks 2k and 2k + 1
+  auto pack_p = [&]() {
 #pragma unroll
     for (int k = 0; k < BN / 16; ++k) {
       pa[k][0] = pack_bf16(s[8 * k + 0], s[8 * k + 1]);
@@ -279,23 +344,126 @@ KB_DEVICE void body(int S, float scale, int causal, __nv_bfloat16* O, float* L,
       pa[k][2] = pack_bf16(s[8 * k + 4], s[8 * k + 5]);
       pa[k][3] = pack_bf16(s[8 * k + 6], s[8 * k + 7]);
     }
+  };
 
-    // O += P·V: BN / 16 wgmmas, V's 16-key slice k at 2048 * k bytes
+  mbar_wait(qbar, 0);
+#if FA3_PINGPONG
+  if (wg == 1) turn_pass(1);  // warpgroup 0 goes first
+#endif
+#if FA3_OVERLAP
+  // prologue: S(0) alone and its softmax (O is still zero: nothing to rescale)
+  {
+    float alpha[2];
+    mbar_wait(&kbar[0], 0);
+#if FA3_PINGPONG
+    turn_wait(wg);
+#endif
+    wgmma_fence();
+    issue_s(0);
+    wgmma_commit();
+#if FA3_PINGPONG
+    turn_pass(wg);
+#endif
+    wgmma_wait<0>();
+    keep_in_registers(s);
+    if (lane == 0) mbar_arrive(&kfree[0]);
+    softmax(0, alpha);
+    pack_p();
+  }
+  // tile j: S(j) and P(j-1)·V(j-1) in flight together, S(j)'s softmax under the product.
+  // P(j-1) (in `prev`) is read by the product until it lands, so P(j) goes to the other
+  // buffer (`next`): the loop is unrolled by two, the buffers swapping names, no copies.
+  uint32_t pb[BN / 16][4];
+  auto step = [&](int j, const uint32_t(&prev)[BN / 16][4], uint32_t(&next)[BN / 16][4]) {
+    const int st = j % STAGES, pst = (j - 1) % STAGES;
+    float alpha[2];
+    mbar_wait(&kbar[st], (j / STAGES) & 1);
+    mbar_wait(&vbar[pst], ((j - 1) / STAGES) & 1);
+#if FA3_PINGPONG
+    turn_wait(wg);
+#endif
+    wgmma_fence();
+    issue_s(st);
+    wgmma_commit();
+    issue_pv(pst, prev);
+    wgmma_commit();
+#if FA3_PINGPONG
+    turn_pass(wg);
+#endif
+    wgmma_wait<1>();  // S(j) has landed; P(j-1)·V(j-1) may still run
+    keep_in_registers(s);
+    if (lane == 0) mbar_arrive(&kfree[st]);
+    softmax_packed(j, alpha, next);
+    wgmma_wait<0>();  // the product has landed: O may be rescaled
+    keep_in_registers(o);
+    if (lane == 0) mbar_arrive(&vfree[pst]);
+    rescale_o(alpha);
+  };
+  int j = 1;
+  for (; j + 1 < ntiles; j += 2) {
+    step(j, pa, pb);
+    step(j + 1, pb, pa);
+  }
+  const bool last_in_pb = j < ntiles;
+  if (last_in_pb) step(j, pa, pb);
+  // epilogue: the last tile's P·V
+  {
+    const int pst = (ntiles - 1) % STAGES;
+    mbar_wait(&vbar[pst], ((ntiles - 1) / STAGES) & 1);
+#if FA3_PINGPONG
+    turn_wait(wg);
+#endif
+    wgmma_fence();
+    if (last_in_pb)
+      issue_pv(pst, pb);
+    else
+      issue_pv(pst, pa);
+    wgmma_commit();
+#if FA3_PINGPONG
+    turn_pass(wg);
+#endif
+    wgmma_wait<0>();
+    keep_in_registers(o);
+  }
+#else
+  for (int j = 0; j < ntiles; ++j) {
+    const int st = j % STAGES;
+    const uint32_t phase = (j / STAGES) & 1;
+    float alpha[2];
+
+    mbar_wait(&kbar[st], phase);
+#if FA3_PINGPONG
+    turn_wait(wg);
+#endif
+    wgmma_fence();
+    issue_s(st);
+    wgmma_commit();
+#if FA3_PINGPONG
+    turn_pass(wg);  // the other warpgroup's S goes next, while this one waits for its own
+#endif
+    wgmma_wait<0>();
+
+    softmax(j, alpha);
+    rescale_o(alpha);
+    pack_p();
+
     mbar_wait(&vbar[st], phase);
     wgmma_fence();
-#pragma unroll
-    for (int k = 0; k < BN / 16; ++k)
-      wgmma_rs_tb<D>(o, pa[k], sw128_desc_nmajor(tV + 2048 * k, BN * 128));
+    issue_pv(st, pa);
     wgmma_commit();
     wgmma_wait<0>();
 
 #if FA3_WS
-    if (lane == 0) mbar_arrive(&empty[st]);  // this warp is done with stage st
+    if (lane == 0) mbar_arrive(&kfree[st]);  // this warp is done with stage st
 #else
     __syncthreads();  // both warpgroups are done with stage st
-    if (tid == 0 && j + STAGES < ntiles) load_kv(j + STAGES);
+    if (tid == 0 && j + STAGES < ntiles) {
+      load_k(j + STAGES);
+      load_v(j + STAGES);
+    }
 #endif
   }
+#endif
 
   // O / l and the logsumexp: a row's sum is spread over its quad
 #pragma unroll
@@ -332,10 +500,14 @@ KB_DEVICE void body(int S, float scale, int causal, __nv_bfloat16* O, float* L,
     /* 128-byte swizzled tiles start on 1024 bytes (the launch asks for 1 KiB extra) */      \
     uint8_t* smem = reinterpret_cast<uint8_t*>(                                              \
         (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));                  \
-    __shared__ __align__(8) uint64_t bars[1 + 3 * STAGES]; /* Q, K full, V full, empty */ \
-    uint64_t *kbar = bars + 1, *vbar = kbar + STAGES, *empty = vbar + STAGES;               \
+    /* Q; K full, V full; K free, V free (a stage each) */                                \
+    __shared__ __align__(8) uint64_t bars[1 + 4 * STAGES];                                   \
+    uint64_t *kbar = bars + 1, *vbar = kbar + STAGES;                                        \
+    uint64_t *kfree = vbar + STAGES, *vfree = kfree + STAGES;                                \
     if (D == 64)                                                                             \
-      fa3::body<64>(S, scale, causal, O, L, &tmQ, &tmK, &tmV, smem, bars, kbar, vbar, empty); \
+      fa3::body<64>(S, scale, causal, O, L, &tmQ, &tmK, &tmV, smem, bars, kbar, vbar, kfree, \
+                    vfree);                                                                  \
     else if (D == 128)                                                                       \
-      fa3::body<128>(S, scale, causal, O, L, &tmQ, &tmK, &tmV, smem, bars, kbar, vbar, empty);\
+      fa3::body<128>(S, scale, causal, O, L, &tmQ, &tmK, &tmV, smem, bars, kbar, vbar,      \
+                     kfree, vfree);                                                          \
   }
