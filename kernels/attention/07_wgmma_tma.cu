@@ -18,5 +18,7 @@
 // per-tile barrier leave the tensor pipe idle part of each tile (stall: wait, barrier),
 // which the warp-specialized and ping-pong steps attack. One block an SM (160 KiB of shared
 // memory at D = 128).
+// Measured (H200, b251974, ncu at B4 H16 S4096 D128): 515.1 TFLOP/s, 2.35x 06; tensor pipe
+// 53.6 % of peak; barrier stall 1.38 a issued instruction, the largest; 186 registers.
 #include "fa3.cuh"
 FA3_ENTRY(attn_wgmma_tma)

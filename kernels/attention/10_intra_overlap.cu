@@ -21,6 +21,10 @@
 //
 // What ncu should show: the same HGMMA count as 09; the computing warps' wait on the wgmma
 // group (the scoreboard stall after WARPGROUP.DEPBAR) down, tensor-pipe utilisation up.
+// Measured (H200, b251974): 638.5 TFLOP/s, 1.099x 09, 94.02 % of SDPA cuDNN; tensor pipe
+// 68.0 % (09: 60.4 %); barrier stall 0.19 (09: 1.19); dispatch stall up to 0.64 (09: 0.20).
+// Causal 543.1 TFLOP/s, D = 64 (B8 H32 S2048) 383.2. 18160 SASS instructions (09: 3200):
+// the loop unrolled by two, each softmax with a masked and an unmasked body.
 #define FA3_WS 1
 #define FA3_PINGPONG 1
 #define FA3_OVERLAP 1
