@@ -1018,6 +1018,47 @@ def test_comment_only_source_change_is_not_stale(tmp_path):
     assert strip_comments("a /* x\n y */ b // z\n\n c") == "a b\nc"
 
 
+def test_comment_only_change_to_a_kernel_with_shared_headers_is_not_stale(tmp_path):
+    """A kernel that includes headers is hashed with them (sha256_source): a comment edit to
+    the kernel or to a header it includes keeps its measurement, a code edit to either does
+    not, and neither does a header it did not include when measured."""
+    import subprocess
+
+    from kernelbook.provenance import sha256_source
+    from kernelbook.report.stale import comments_only_change
+
+    repo = tmp_path / "r"
+    (repo / "k" / "att").mkdir(parents=True)
+    (repo / "k" / "common").mkdir()
+    src, head, deep = repo / "k/att/a.cu", repo / "k/att/body.cuh", repo / "k/common/sm.cuh"
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    git("config", "user.email", "t@example.com")
+    git("config", "user.name", "t")
+    src.write_text('// step\n#include "body.cuh"\nENTRY(f)\n')
+    head.write_text('#include "../common/sm.cuh"\n#define ENTRY(n) void n() { g(); }\n')
+    deep.write_text("inline void g() {}  // shared\n")
+    git("add", ".")
+    git("commit", "-q", "-m", "measured")
+    measured = [sha256_source(src)]
+    git("commit", "-q", "--allow-empty", "-m", "later")
+
+    src.write_text('// step, with what ncu measured\n#include "body.cuh"\nENTRY(f)\n')
+    deep.write_text("inline void g() {}  // shared, reworded\n")
+    assert sha256_source(src) not in measured
+    assert comments_only_change(repo, "k/att/a.cu", measured)
+    deep.write_text("inline void g() { return; }\n")  # code, two includes down
+    assert not comments_only_change(repo, "k/att/a.cu", measured)
+    deep.write_text("inline void g() {}\n")
+    (repo / "k/att/extra.cuh").write_text("// nothing but a comment\n")
+    head.write_text('#include "../common/sm.cuh"\n#include "extra.cuh"\n'
+                    "#define ENTRY(n) void n() { g(); }\n")  # fmt: skip
+    assert not comments_only_change(repo, "k/att/a.cu", measured)
+
+
 def test_kernels_without_flops_get_the_bandwidth_roofline(tmp_path):
     """A transpose does no arithmetic: its roofline is each level's GB/s under that level's
     ceiling, drawn from the published H200 tables; without bandwidths it is refused."""

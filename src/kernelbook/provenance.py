@@ -18,34 +18,40 @@ def sha256_file(path: Path) -> str:
 _INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
 
 
-def quoted_includes(source: Path) -> list[tuple[str, Path]]:
+def _read(path: Path) -> bytes | None:
+    return path.read_bytes() if path.is_file() else None
+
+
+def quoted_includes(source: Path, read=_read) -> list[tuple[str, Path]]:
     """What ``source`` includes with quotes, and what those include, in the order found:
     (name as written, path beside its includer); files that do not exist are left out
-    (nvcc reports them). A Python source (triton, torch) includes nothing."""
+    (nvcc reports them). A Python source (triton, torch) includes nothing. ``read`` gives a
+    file's bytes, or None where there is none (default: the working tree; the staleness check
+    passes one that reads a commit)."""
     if Path(source).suffix == ".py":
         return []
     out, todo, seen = [], [Path(source)], {Path(source)}
     while todo:
         path = todo.pop()
-        for name in _INCLUDE.findall(path.read_bytes().decode(errors="replace")):
+        text = read(path) or b""
+        for name in _INCLUDE.findall(text.decode(errors="replace")):
             inc = path.parent / name
-            if inc not in seen and inc.is_file():
+            if inc not in seen and read(inc) is not None:
                 seen.add(inc)
                 out.append((name, inc))
                 todo.append(inc)
     return out
 
 
-def sha256_source(source: Path) -> str:
+def sha256_source(source: Path, read=_read) -> str:
     """A kernel's source hash (``source_sha256``): the file's own sha256, or, where it includes
     headers of the repository with quotes, one hash over it and them, so that editing a
-    shared header makes every kernel that includes it stale."""
-    includes = quoted_includes(source)
-    if not includes:
-        return sha256_file(source)
-    h = hashlib.sha256(Path(source).read_bytes())
+    shared header makes every kernel that includes it stale. ``read`` as for
+    quoted_includes."""
+    includes = quoted_includes(source, read)
+    h = hashlib.sha256(read(Path(source)) or b"")
     for name, path in includes:
-        h.update(f"\0{name}\0".encode() + path.read_bytes())
+        h.update(f"\0{name}\0".encode() + read(path))
     return h.hexdigest()
 
 

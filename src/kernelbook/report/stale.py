@@ -61,16 +61,27 @@ def strip_comments(text: str) -> str:
 
 
 def comments_only_change(root: str | Path, rel: str, measured: list[str], depth: int = 200) -> bool:
-    """Whether every measured version of ``rel`` (by SHA-256) is in git's history and differs
-    from the current file in comments and blank space only: then the measurement still holds.
-    False whenever that cannot be shown (no git, a version not found, a code change)."""
-    import hashlib
+    """Whether every measured version of ``rel`` (by its source hash: the file and the headers
+    it includes, provenance.sha256_source) is in git's history and differs from the current
+    files in comments and blank space only: then the measurement still holds. False whenever
+    that cannot be shown (no git, a version not found, a code change, another set of headers).
+    """
+    import os
     import subprocess
 
-    path = Path(root) / rel
+    from kernelbook.provenance import quoted_includes, sha256_source
+
+    root = Path(root).resolve()
+    path = root / rel
     if not measured or not path.is_file():
         return False
-    now = strip_comments(path.read_text(errors="replace"))
+
+    def key(p: Path) -> str:  # a file's path in git: relative to the root, '..' resolved
+        return Path(os.path.normpath(p)).relative_to(root).as_posix()
+
+    now = {key(p): strip_comments(p.read_text(errors="replace")) for p in [path] + [
+        inc for _, inc in quoted_includes(path)
+    ]}  # fmt: skip
 
     def git(*args):
         return subprocess.run(
@@ -78,20 +89,36 @@ def comments_only_change(root: str | Path, rel: str, measured: list[str], depth:
         ).stdout
 
     try:
-        commits = git("log", f"-{depth}", "--format=%H", "--", rel).decode().split()
-        found: dict[str, bytes] = {}
+        commits = git("log", f"-{depth}", "--format=%H", "--", *now).decode().split()
+        found: dict[str, dict[str, bytes]] = {}
         for c in commits:
-            blob = git("show", f"{c}:{rel}")
-            h = hashlib.sha256(blob).hexdigest()
+            blobs: dict[str, bytes | None] = {}
+
+            def read(p: Path, c=c, blobs=blobs) -> bytes | None:
+                k = key(p)
+                if k not in blobs:
+                    r = subprocess.run(
+                        ["git", "-C", str(root), "show", f"{c}:{k}"],
+                        capture_output=True,
+                        timeout=60,
+                    )
+                    blobs[k] = r.stdout if r.returncode == 0 else None
+                return blobs[k]
+
+            h = sha256_source(path, read)
             if h in measured:
-                found[h] = blob
+                found[h] = {k: b for k, b in blobs.items() if b is not None}
             if len(found) == len(set(measured)):
                 break
-    except (OSError, subprocess.SubprocessError):
+    except (OSError, ValueError, subprocess.SubprocessError):
         return False
     if len(found) != len(set(measured)):
         return False
-    return all(strip_comments(b.decode(errors="replace")) == now for b in found.values())
+    return all(
+        set(files) == set(now)
+        and all(strip_comments(b.decode(errors="replace")) == now[k] for k, b in files.items())
+        for files in found.values()
+    )
 
 
 def study_changes(root: str | Path, study, meas, gpu: str) -> list[Change]:
