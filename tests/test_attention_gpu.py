@@ -28,6 +28,7 @@ VARIANTS = [
     "08_warp_specialized",
     "09_pingpong",
     "10_intra_overlap",
+    "11_fast_exp2",
 ]
 # small, both head sizes; odd S (not a multiple of any tile) and B*H > 1, causal and not
 SIZES = [

@@ -28,7 +28,8 @@
 // GEMMs do, step 09), FA3_OVERLAP (with FA3_WS: the loop is software-pipelined inside each
 // warpgroup: S(j) = Q·K(j)ᵀ and O += P(j-1)·V(j-1) are issued together, the softmax of S(j)
 // runs while P(j-1)·V(j-1) is in flight, and O is rescaled once that product lands; K and V
-// stages are freed on barriers of their own, K as soon as S(j) is done, step 10).
+// stages are freed on barriers of their own, K as soon as S(j) is done, step 10),
+// FA3_FAST_EXP (the softmax's 2^x as one MUFU.EX2, denormal results flushed: step 11).
 //
 // Rows past S: a tile of K or V that runs past a sequence's end reads the next (b, h)'s rows
 // (or zeros past the tensor's end, TMA's out-of-bounds fill); those keys are masked to -inf
@@ -56,6 +57,9 @@
 #endif
 #ifndef FA3_OVERLAP
 #define FA3_OVERLAP 0
+#endif
+#ifndef FA3_FAST_EXP
+#define FA3_FAST_EXP 0
 #endif
 
 namespace fa3 {
@@ -113,6 +117,20 @@ KB_DEVICE void wgmma_rs_tb<128>(float (&d)[64], const uint32_t (&a)[4], uint64_t
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d)
       : "memory");
+}
+
+// 2^x for the softmax: exp2f, whose results below 2^-126 (denormals) cost a compare and two
+// predicated multiplies around each MUFU.EX2; with FA3_FAST_EXP the MUFU.EX2 alone
+// (ex2.approx.ftz), those results flushed to zero (a P under 2^-126 rounds to nothing in a
+// row sum of at least 1 anyway; step 11)
+KB_DEVICE float exp2_softmax(float x) {
+#if FA3_FAST_EXP
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#else
+  return exp2f(x);
+#endif
 }
 
 KB_DEVICE uint32_t pack_bf16(float lo, float hi) {
@@ -266,13 +284,13 @@ KB_DEVICE void body(int S, float scale, int causal, __nv_bfloat16* O, float* L,
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float mn = fmaxf(m[h], mx * sl2);
       mu[h] = mn == -INFINITY ? 0.f : mn;  // a row with nothing unmasked yet
-      alpha[h] = exp2f(m[h] - mu[h]);
+      alpha[h] = exp2_softmax(m[h] - mu[h]);
       m[h] = mn;
     }
     float rs[2] = {0.f, 0.f};
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) {
-      const float p = exp2f(s[i] * sl2 - mu[(i >> 1) & 1]);
+      const float p = exp2_softmax(s[i] * sl2 - mu[(i >> 1) & 1]);
       s[i] = p;
       rs[(i >> 1) & 1] += p;
     }
@@ -308,7 +326,7 @@ KB_DEVICE void body(int S, float scale, int causal, __nv_bfloat16* O, float* L,
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         const float mn = fmaxf(m[h], mx * sl2);
         mu[h] = mn == -INFINITY ? 0.f : mn;  // a row with nothing unmasked yet
-        alpha[h] = exp2f(m[h] - mu[h]);
+        alpha[h] = exp2_softmax(m[h] - mu[h]);
         m[h] = mn;
       }
       float rs[2] = {0.f, 0.f};
@@ -317,8 +335,8 @@ KB_DEVICE void body(int S, float scale, int causal, __nv_bfloat16* O, float* L,
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
           const int i = 8 * k + 2 * q;
-          const float p0 = exp2f(val(i) * sl2 - mu[q & 1]);
-          const float p1 = exp2f(val(i + 1) * sl2 - mu[q & 1]);
+          const float p0 = exp2_softmax(val(i) * sl2 - mu[q & 1]);
+          const float p1 = exp2_softmax(val(i + 1) * sl2 - mu[q & 1]);
           rs[q & 1] += p0 + p1;
           pb[k][q] = pack_bf16(p0, p1);
         }
