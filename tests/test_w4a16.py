@@ -118,7 +118,7 @@ def test_study_loads_with_both_baselines_and_the_read_roof():
     ]
 
 
-TENSOR_CORE = ("w4_mma_dequant", "w4_mma_stream")
+TENSOR_CORE = ("w4_mma_dequant", "w4_mma_stream", "w4_mma_persistent")
 
 
 @pytest.mark.parametrize("v", BUILT, ids=lambda v: v.id)
@@ -134,6 +134,10 @@ def test_launch_geometry_covers_every_row(v):
             assert L.smem == (2048 * ks if ks > 1 else 0)  # 4 tiles x 4 x 32 floats a warp
         else:
             assert L.block == (32 * v.defines["WARPS"], 1, 1) and L.smem == 0
+        if v.entry == "w4_mma_persistent":  # a block a tile, up to BLOCKS_SM blocks an SM
+            cap = cfg.NOMINAL_SM_COUNT * v.defines["BLOCKS_SM"]
+            assert L.grid == (min(-(-s["N"] // 16), cap), 1, 1)
+            continue
         assert L.grid[0] * rows >= s["N"] > (L.grid[0] - 1) * rows and L.grid[1] == 1
 
 
@@ -282,6 +286,22 @@ def test_kernels_run_correctly_on_the_cpu_emulator(emu_dir, numpy_as_cupy, v):
         result = W4.check(case, tol, f"w4a16/{v.id} at {M}x{N}x{K} (emulated)")
         # what is left is y's rounding to bf16 and FP32 sums (the weights are exact)
         assert result.rel_err < 4e-3, (v.id, sizes, result)
+
+
+def test_the_persistent_step_streams_several_tiles_a_block(emu_dir, numpy_as_cupy):
+    """07 on fewer blocks than tiles (the study's shapes give a block 3 to 61 tiles on an H200,
+    the emulated ones only one): each block's stream runs across tiles, groups a warp left
+    idle in a tile (K / 128 not a multiple of the warps) included, at every batch tile."""
+    v = STUDY.variant("07_mma_persistent")
+    tol = W4.tolerance({}, "bfloat16")
+    for (M, N, K), grid in [((1, 70, 256), 2), ((3, 100, 1152), 3), ((16, 37, 128), 1)]:
+        sizes = {"M": M, "N": N, "K": K}
+        case = _emulate(emu_dir, v, sizes, grid=grid)
+        result = W4.check(case, tol, f"w4a16/{v.id} at {M}x{N}x{K} on {grid} blocks (emulated)")
+        assert result.rel_err < 4e-3, (sizes, grid, result)
+    sizes = {"M": 33, "N": 40, "K": 384}  # two passes over W (batch rows 0-31, then 32)
+    case = _emulate(emu_dir, v, sizes, grid=2)
+    assert W4.check(case, tol, "w4a16/07 at 33x40x384 (emulated)").rel_err < 4e-3
 
 
 def test_the_emulated_check_fails_kernels_that_skip_rows_or_misread_nibbles(emu_dir, numpy_as_cupy):
