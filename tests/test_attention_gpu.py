@@ -29,6 +29,7 @@ VARIANTS = [
     "09_pingpong",
     "10_intra_overlap",
     "11_fast_exp2",
+    "12_autotuned__BN64_STAGES4",  # the 64-key tile (the tuned step runs one winner)
 ]
 # small, both head sizes; odd S (not a multiple of any tile) and B*H > 1, causal and not
 SIZES = [
