@@ -355,3 +355,71 @@ def test_headline_leaves_out_reference_kernels_but_not_supersets(study, kept_out
     ok = data.headline_rows(d)
     ok = ok[(ok["status"] == "ok") & ~ok["variant"].isin(kept_out)]
     assert best["pct_of_baseline"] == pytest.approx(ok["pct_of_baseline"].astype(float).max())
+
+
+def test_the_fp32_pipe_exp2_is_a_fiftieth_of_bf16s_rounding(tmp_path):
+    """exp2_fma.cuh (step 13's exp2s off the MUFU), compiled for the CPU as the kernels have
+    it: within 1e-4 of 2^x (bf16, which P is rounded to next, is 3.9e-3) from 2^-125 to 1,
+    and under 2^-125, never negative, where the kernel clamps (x <= -126)."""
+    import shutil
+
+    if shutil.which("g++") is None:
+        pytest.skip("g++ not on PATH")
+    src = tmp_path / "exp2.cpp"
+    src.write_text(
+        "#define KERNELBOOK_EMU\n#define __device__\n#define __forceinline__ inline\n"
+        '#include <cmath>\n#include <cstdio>\n#include <vector>\n#include "exp2_fma.cuh"\n'
+        "int main(int, char** argv) {\n"
+        '  FILE* f = fopen(argv[1], "rb"); std::vector<float> x(atoi(argv[3]));\n'
+        "  fread(x.data(), 4, x.size(), f); fclose(f);\n"
+        "  for (float& v : x) v = exp2_fma(v);\n"
+        '  f = fopen(argv[2], "wb"); fwrite(x.data(), 4, x.size(), f); fclose(f);\n}\n'
+    )
+    exe = tmp_path / "exp2"
+    inc = REPO_ROOT / "kernels" / "attention"
+    subprocess.run(
+        ["g++", "-O1", "-std=c++17", f"-I{inc}", str(src), "-o", str(exe)],
+        check=True,
+        capture_output=True,
+    )
+    rng = np.random.default_rng(13)
+    x = np.concatenate(
+        [
+            np.linspace(-130.0, 0.0, 400_001, dtype=np.float32),
+            -rng.exponential(3.0, 200_000).astype(np.float32),
+            np.float32([0.0, -0.5, -1.5, -125.0, -126.0, -126.5, -1e30]),
+        ]
+    )
+    (tmp_path / "x.bin").write_bytes(x.tobytes())
+    subprocess.run(
+        [str(exe), str(tmp_path / "x.bin"), str(tmp_path / "y.bin"), str(x.size)], check=True
+    )
+    y = np.frombuffer((tmp_path / "y.bin").read_bytes(), dtype=np.float32).astype(np.float64)
+    exact = np.exp2(x.astype(np.float64))
+    normal = x > -125.0
+    rel = np.abs(y[normal] / exact[normal] - 1.0)
+    assert rel.max() < 1e-4, (x[normal][rel.argmax()], rel.max())
+    assert ((y[~normal] >= 0.0) & (y[~normal] < 2.0**-125)).all()
+    assert y[x == 0.0][0] == pytest.approx(1.0, rel=1e-4)
+
+
+def test_step_13_takes_a_quarter_of_the_unmasked_exp2s_off_the_mufu(tmp_path, study):
+    """11 and 13 differ in FA3_POLY_EXP only: 13's SASS has fewer MUFU.EX2 (a quarter of each
+    unmasked softmax's) and more FFMA and FADD; neither serialises its wgmmas."""
+    st, project = study
+    s = project.settings
+    counts = {}
+    for vid in ("11_fast_exp2", "13_fma_exp2"):
+        v = st.variant(vid)
+        res = build.compile_variant(
+            v, s["arch"], list(s["nvcc_flags"]), REPO_ROOT, tmp_path / f"{vid}.cubin"
+        )
+        assert "are serialized" not in res.log, vid
+        counts[vid] = {
+            op: sum(n for o, n in res.sass.items() if o.split(".")[0] == op)
+            for op in ("MUFU", "FFMA", "FADD", "HGMMA")
+        }
+    before, after = counts["11_fast_exp2"], counts["13_fma_exp2"]
+    assert after["HGMMA"] == before["HGMMA"]
+    assert after["MUFU"] < before["MUFU"] * 0.95, counts
+    assert after["FFMA"] > before["FFMA"] and after["FADD"] > before["FADD"], counts

@@ -30,6 +30,7 @@ VARIANTS = [
     "10_intra_overlap",
     "11_fast_exp2",
     "12_autotuned__BN64_STAGES4",  # the 64-key tile (the tuned step runs one winner)
+    "13_fma_exp2",
 ]
 # small, both head sizes; odd S (not a multiple of any tile) and B*H > 1, causal and not
 SIZES = [

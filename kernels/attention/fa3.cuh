@@ -29,7 +29,9 @@
 // warpgroup: S(j) = Q·K(j)ᵀ and O += P(j-1)·V(j-1) are issued together, the softmax of S(j)
 // runs while P(j-1)·V(j-1) is in flight, and O is rescaled once that product lands; K and V
 // stages are freed on barriers of their own, K as soon as S(j) is done, step 10),
-// FA3_FAST_EXP (the softmax's 2^x as one MUFU.EX2, denormal results flushed: step 11).
+// FA3_FAST_EXP (the softmax's 2^x as one MUFU.EX2, denormal results flushed: step 11),
+// FA3_POLY_EXP = n (with FA3_OVERLAP: in a tile with no masked key, every n-th pair of the
+// softmax's exp2s by exp2_fma.cuh's cubic on the FP32 pipe instead of the MUFU: step 13).
 //
 // Rows past S: a tile of K or V that runs past a sequence's end reads the next (b, h)'s rows
 // (or zeros past the tensor's end, TMA's out-of-bounds fill); those keys are masked to -inf
@@ -39,6 +41,7 @@
 #include <type_traits>
 
 #include "../hgemm/sm90.cuh"
+#include "exp2_fma.cuh"
 
 #ifndef BM
 #define BM 128
@@ -61,6 +64,9 @@
 #ifndef FA3_FAST_EXP
 #define FA3_FAST_EXP 0
 #endif
+#ifndef FA3_POLY_EXP
+#define FA3_POLY_EXP 0
+#endif
 
 namespace fa3 {
 
@@ -71,6 +77,8 @@ static_assert(BN == 64 || BN == 128, "S tile: wgmma m64n64 or m64n128");
 static_assert(STAGES >= 1 && STAGES <= 4, "K/V ring");
 static_assert(!FA3_PINGPONG || (FA3_WS && CONSUMERS == 2), "ping-pong: two computing warpgroups");
 static_assert(!FA3_OVERLAP || FA3_WS, "intra-warpgroup overlap: a producer warpgroup");
+static_assert(!FA3_POLY_EXP || FA3_OVERLAP, "the FP32-pipe exp2s are in the overlapped softmax");
+constexpr int POLY_N = FA3_POLY_EXP > 0 ? FA3_POLY_EXP : 1;  // every POLY_N-th pair
 
 // named barriers 1 and 2 (0 is __syncthreads): computing warpgroup c waits on 1 + c for its
 // turn at the tensor core, and hands the turn over by arriving on the other's
@@ -335,8 +343,13 @@ KB_DEVICE void body(int S, float scale, int causal, __nv_bfloat16* O, float* L,
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
           const int i = 8 * k + 2 * q;
-          const float p0 = exp2_softmax(val(i) * sl2 - mu[q & 1]);
-          const float p1 = exp2_softmax(val(i + 1) * sl2 - mu[q & 1]);
+          // FA3_POLY_EXP: every n-th pair of an unmasked tile off the MUFU (a masked key's
+          // -inf stays the MUFU's, which makes it exactly 0)
+          const bool fma_pipe = !MASK && FA3_POLY_EXP > 0 && (4 * k + q) % POLY_N == POLY_N - 1;
+          const float p0 = fma_pipe ? exp2_fma(val(i) * sl2 - mu[q & 1])
+                                    : exp2_softmax(val(i) * sl2 - mu[q & 1]);
+          const float p1 = fma_pipe ? exp2_fma(val(i + 1) * sl2 - mu[q & 1])
+                                    : exp2_softmax(val(i + 1) * sl2 - mu[q & 1]);
           rs[q & 1] += p0 + p1;
           pb[k][q] = pack_bf16(p0, p1);
         }
