@@ -134,9 +134,12 @@ def test_launch_geometry_covers_every_row(v):
             assert L.smem == (2048 * ks if ks > 1 else 0)  # 4 tiles x 4 x 32 floats a warp
         else:
             assert L.block == (32 * v.defines["WARPS"], 1, 1) and L.smem == 0
-        if v.entry == "w4_mma_persistent":  # a block a tile, up to BLOCKS_SM blocks an SM
+        if v.entry == "w4_mma_persistent":  # every block the same number of tiles, or one less
             cap = cfg.NOMINAL_SM_COUNT * v.defines["BLOCKS_SM"]
-            assert L.grid == (min(-(-s["N"] // 16), cap), 1, 1)
+            tiles = -(-s["N"] // 16)
+            per = -(-tiles // L.grid[0])  # the most tiles a block takes (b, b + grid, ...)
+            assert L.grid[0] <= cap and per == -(-tiles // cap) and L.grid[1:] == (1, 1)
+            assert tiles > (per - 1) * L.grid[0]  # every block has per - 1 tiles at least
             continue
         assert L.grid[0] * rows >= s["N"] > (L.grid[0] - 1) * rows and L.grid[1] == 1
 
@@ -286,6 +289,18 @@ def test_kernels_run_correctly_on_the_cpu_emulator(emu_dir, numpy_as_cupy, v):
         result = W4.check(case, tol, f"w4a16/{v.id} at {M}x{N}x{K} (emulated)")
         # what is left is y's rounding to bf16 and FP32 sums (the weights are exact)
         assert result.rel_err < 4e-3, (v.id, sizes, result)
+
+
+def test_the_persistent_step_shares_the_tiles_out_evenly():
+    """07's grid at the study's M = 1 shapes on an H200 (132 SMs, 4 blocks each): as many
+    tiles on every block, so no block streams on alone at the end."""
+    v = STUDY.variant("07_mma_persistent")
+    grids = {
+        n: v.launches({"M": 1, "N": n, "K": 4096}, sm_count=132)[0].grid[0]
+        for n in (4096, 14336, 28672, 128256)
+    }
+    assert grids == {4096: 256, 14336: 448, 28672: 448, 128256: 501}
+    assert all((n // 16) % g == 0 for n, g in grids.items())  # 1, 2, 4 and 16 tiles a block
 
 
 def test_the_persistent_step_streams_several_tiles_a_block(emu_dir, numpy_as_cupy):

@@ -9,9 +9,11 @@
 // through shared memory and exits; 1792 blocks of 4 warps at N = 28672 are 3.4 waves of the
 // 528 an H200 holds at once, and every block's bytes come in two bursts with nothing in
 // flight between them. Here:
-// - the grid is min(tiles, SM_COUNT * BLOCKS_SM) blocks (16 warps an SM), block b takes the
-//   tiles b, b + grid, ... and its WARPS warps split each tile's scale groups as in 04
-//   (warp w: groups w, w + WARPS, ...);
+// - the grid is as few blocks as hold every tile at BLOCKS_SM blocks (16 warps) an SM, with
+//   as many tiles each: per = ceil(tiles / (SM_COUNT * BLOCKS_SM)), grid = ceil(tiles / per)
+//   (448 blocks of 4 tiles at N = 28672, 501 of 16 at 128256), so no block streams on alone
+//   at the end; block b takes the tiles b, b + grid, ... and its WARPS warps split each
+//   tile's scale groups as in 04 (warp w: groups w, w + WARPS, ...);
 // - a warp's groups, over all of its block's tiles, are one stream: DEPTH groups (32 bytes
 //   of W and two scales a lane each) are in flight at every step, the load cursor DEPTH
 //   steps ahead of the use cursor and running on into the next tile, so the sum through
@@ -23,14 +25,14 @@
 // Each step of the stream is a scale group of the warp's or nothing: a tile's steps are
 // rounded up to whole rounds of the DEPTH slots, so every tile starts at slot 0 and the ring
 // is indexed by constants (registers, not local memory).
-// Hypothesis: the bytes never stop but in the last round of tiles (3 or 4 a block at
-// N = 28672): >= 80 % of the read ceiling at 1x28672x4096 and 1x128256x4096, >= 2.8x cuBLAS
-// BF16 at 28672 x 4096.
+// Hypothesis: the bytes never stop: >= 80 % of the read ceiling at 1x28672x4096 and
+// 1x128256x4096, >= 2.8x cuBLAS BF16 at 28672 x 4096.
 // What ncu should show: dram__throughput well above 04's 46 %; the long-scoreboard stall
-// down; launch__grid_size 528 at N >= 8448.
+// down; launch__grid_size 448 at N = 28672.
 //
-// Sizes: any M, N; K a multiple of 128. Launch: grid (min(cdiv(N, 16), SM_COUNT *
-// BLOCKS_SM)), block (32 * WARPS), static shared memory 2 * WARPS * 2 * 4 * 32 floats.
+// Sizes: any M, N; K a multiple of 128. Launch: grid (cdiv(tiles, cdiv(tiles, SM_COUNT *
+// BLOCKS_SM)), tiles = cdiv(N, 16)), block (32 * WARPS), static shared memory
+// 2 * WARPS * 2 * 4 * 32 floats.
 #define W4_FUSED_LOP3 1
 #include "w4mma.cuh"
 
