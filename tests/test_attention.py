@@ -423,3 +423,16 @@ def test_step_13_takes_a_quarter_of_the_unmasked_exp2s_off_the_mufu(tmp_path, st
     assert after["HGMMA"] == before["HGMMA"]
     assert after["MUFU"] < before["MUFU"] * 0.95, counts
     assert after["FFMA"] > before["FFMA"] and after["FADD"] > before["FADD"], counts
+
+
+def test_the_three_warpgroup_step_is_for_head_size_64_only(study):
+    """14 compiles the D = 64 body only (FA3_HEAD_DIM): its D = 128 sizes are skipped rows
+    that name the requirement, and its block is 192 queries, 512 threads, a 4-stage ring of
+    64-key tiles in 88 KiB."""
+    st, _ = study
+    v = st.variant("14_three_warpgroups")
+    d64 = {"B": 8, "H": 32, "S": 2048, "D": 64, "causal": 0}
+    assert v.unmet({**d64, "D": 128}) == ["D == 64"] and v.unmet(d64) == []
+    (L,) = v.launches(d64)
+    assert L.grid == (11, 256, 1) and L.block == (512, 1, 1)
+    assert L.smem == (192 + 2 * 4 * 64) * 64 * 2 + 1024

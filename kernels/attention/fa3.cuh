@@ -32,6 +32,9 @@
 // FA3_FAST_EXP (the softmax's 2^x as one MUFU.EX2, denormal results flushed: step 11),
 // FA3_POLY_EXP = n (with FA3_OVERLAP: in a tile with no masked key, every n-th pair of the
 // softmax's exp2s by exp2_fma.cuh's cubic on the FP32 pipe instead of the MUFU: step 13).
+// BM = 192 gives three computing warpgroups, which take their turns round (step 14), and
+// FA3_HEAD_DIM = 64 or 128 compiles one head size's body only (the other's launches do
+// nothing: the config's `requires` skips those sizes).
 //
 // Rows past S: a tile of K or V that runs past a sequence's end reads the next (b, h)'s rows
 // (or zeros past the tensor's end, TMA's out-of-bounds fill); those keys are masked to -inf
@@ -67,6 +70,9 @@
 #ifndef FA3_POLY_EXP
 #define FA3_POLY_EXP 0
 #endif
+#ifndef FA3_HEAD_DIM
+#define FA3_HEAD_DIM 0  // 0: bodies for D = 64 and 128; 64 or 128: that one only
+#endif
 
 namespace fa3 {
 
@@ -75,18 +81,24 @@ constexpr int NT = (CONSUMERS + FA3_WS) * 128;     // + the producer warpgroup (
 static_assert(BM % 64 == 0 && BM <= 256, "one warpgroup per 64 query rows");
 static_assert(BN == 64 || BN == 128, "S tile: wgmma m64n64 or m64n128");
 static_assert(STAGES >= 1 && STAGES <= 4, "K/V ring");
-static_assert(!FA3_PINGPONG || (FA3_WS && CONSUMERS == 2), "ping-pong: two computing warpgroups");
+static_assert(!FA3_PINGPONG || (FA3_WS && (CONSUMERS == 2 || CONSUMERS == 3)),
+              "ping-pong: two or three computing warpgroups, taking turns round");
+// registers a thread after setmaxnreg (65536 in all): the producer's 24, the rest shared by
+// the computing warpgroups (a multiple of 8: 240 for two, 160 for three)
+constexpr int CONSUMER_REGS = CONSUMERS == 2 ? 240 : CONSUMERS == 3 ? 160 : 240;
+static_assert(!FA3_WS || 128 * (24 + CONSUMERS * CONSUMER_REGS) <= 65536, "register file");
 static_assert(!FA3_OVERLAP || FA3_WS, "intra-warpgroup overlap: a producer warpgroup");
 static_assert(!FA3_POLY_EXP || FA3_OVERLAP, "the FP32-pipe exp2s are in the overlapped softmax");
 constexpr int POLY_N = FA3_POLY_EXP > 0 ? FA3_POLY_EXP : 1;  // every POLY_N-th pair
 
-// named barriers 1 and 2 (0 is __syncthreads): computing warpgroup c waits on 1 + c for its
-// turn at the tensor core, and hands the turn over by arriving on the other's
+// named barriers 1 .. CONSUMERS (0 is __syncthreads): computing warpgroup c waits on 1 + c
+// for its turn at the tensor core, and hands the turn on by arriving on the next one's
+// (c + 1, round), so the warpgroups issue their GEMMs in turn 0, 1, .., 0, ...
 KB_DEVICE void turn_wait(int c) {
   asm volatile("bar.sync %0, 256;" ::"r"(1 + c) : "memory");
 }
 KB_DEVICE void turn_pass(int c) {
-  asm volatile("bar.arrive %0, 256;" ::"r"(2 - c) : "memory");
+  asm volatile("bar.arrive %0, 256;" ::"r"(1 + (c + 1) % CONSUMERS) : "memory");
 }
 
 // the descriptor of a B operand stored N-major ([K rows][N], N contiguous) in 128-byte
@@ -225,7 +237,7 @@ KB_DEVICE void body(int S, float scale, int causal, __nv_bfloat16* O, float* L,
     }
     return;
   }
-  setmaxnreg_inc<240>();
+  setmaxnreg_inc<CONSUMER_REGS>();
   const int wg = tid / 128 - 1;  // this computing warpgroup's 64 query rows
 #else
   if (tid == 0) {
@@ -379,7 +391,7 @@ KB_DEVICE void body(int S, float scale, int causal, __nv_bfloat16* O, float* L,
 
   mbar_wait(qbar, 0);
 #if FA3_PINGPONG
-  if (wg == 1) turn_pass(1);  // warpgroup 0 goes first
+  if (wg == CONSUMERS - 1) turn_pass(wg);  // warpgroup 0 goes first
 #endif
 #if FA3_OVERLAP
   // prologue: S(0) alone and its softmax (O is still zero: nothing to rescale)
@@ -535,10 +547,10 @@ KB_DEVICE void body(int S, float scale, int causal, __nv_bfloat16* O, float* L,
     __shared__ __align__(8) uint64_t bars[1 + 4 * STAGES];                                   \
     uint64_t *kbar = bars + 1, *vbar = kbar + STAGES;                                        \
     uint64_t *kfree = vbar + STAGES, *vfree = kfree + STAGES;                                \
-    if (D == 64)                                                                             \
+    if (FA3_HEAD_DIM != 128 && D == 64)                                                      \
       fa3::body<64>(S, scale, causal, O, L, &tmQ, &tmK, &tmV, smem, bars, kbar, vbar, kfree, \
                     vfree);                                                                  \
-    else if (D == 128)                                                                       \
+    else if (FA3_HEAD_DIM != 64 && D == 128)                                                 \
       fa3::body<128>(S, scale, causal, O, L, &tmQ, &tmK, &tmV, smem, bars, kbar, vbar,      \
                      kfree, vfree);                                                          \
   }
