@@ -279,6 +279,22 @@ KB_DEVICE void body(int S, float scale, int causal, __nv_bfloat16* O, float* L,
     for (int k = 0; k < BN / 16; ++k)
       wgmma_rs_tb<D>(o, p[k], sw128_desc_nmajor(tV + 2048 * k, BN * 128));
   };
+  // the online softmax's new row maxima from this tile's scores (get(i): score i, masked):
+  // m moves on, mu is what the tile's exponents subtract, alpha O's rescaling factor
+  auto new_max = [&](auto get, float(&alpha)[2], float(&mu)[2]) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int n = 0; n < BN / 8; ++n) mx = fmaxf(mx, fmaxf(get(4 * n + 2 * h), get(4 * n + 2 * h + 1)));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float mn = fmaxf(m[h], mx * sl2);
+      mu[h] = mn == -INFINITY ? 0.f : mn;  // a row with nothing unmasked yet
+      alpha[h] = exp2_softmax(m[h] - mu[h]);
+      m[h] = mn;
+    }
+  };
   // tile j's scores in s -> P in s: masked, then the online softmax of each of the thread's
   // two rows; m and l move on, O's rescaling factor is left in alpha
   auto softmax = [&](int j, float (&alpha)[2]) {
@@ -295,18 +311,7 @@ KB_DEVICE void body(int S, float scale, int causal, __nv_bfloat16* O, float* L,
         }
     }
     float mu[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int n = 0; n < BN / 8; ++n) mx = fmaxf(mx, fmaxf(s[4 * n + 2 * h], s[4 * n + 2 * h + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float mn = fmaxf(m[h], mx * sl2);
-      mu[h] = mn == -INFINITY ? 0.f : mn;  // a row with nothing unmasked yet
-      alpha[h] = exp2_softmax(m[h] - mu[h]);
-      m[h] = mn;
-    }
+    new_max([&](int i) { return s[i]; }, alpha, mu);
     float rs[2] = {0.f, 0.f};
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) {
@@ -336,19 +341,7 @@ KB_DEVICE void body(int S, float scale, int causal, __nv_bfloat16* O, float* L,
         return s[i];
       };
       float mu[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int n = 0; n < BN / 8; ++n)
-          mx = fmaxf(mx, fmaxf(val(4 * n + 2 * h), val(4 * n + 2 * h + 1)));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float mn = fmaxf(m[h], mx * sl2);
-        mu[h] = mn == -INFINITY ? 0.f : mn;  // a row with nothing unmasked yet
-        alpha[h] = exp2_softmax(m[h] - mu[h]);
-        m[h] = mn;
-      }
+      new_max(val, alpha, mu);
       float rs[2] = {0.f, 0.f};
 #pragma unroll
       for (int k = 0; k < BN / 16; ++k)
