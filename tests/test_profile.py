@@ -295,3 +295,24 @@ def test_a_kernel_without_flops_has_no_flop_bound():
     assert r["flop"] == 0 and r["ai_dram"] == 0
     assert r["dram_gbps"] == pytest.approx(400.0)
     assert r["bound"] is None
+
+
+# ------------------------------------------------------------------------------------------
+# The quick loop: `kernelbook profile --size`, no build folder
+
+
+def test_quick_profile_refuses_a_bad_size_and_a_tuned_variant_by_name(tmp_path):
+    """Before any GPU is asked for: a size the problem refuses, and an autotuned variant with
+    no tuned table, each one error that names the variant."""
+    from conftest import kb
+
+    out, reports = str(tmp_path / "p.parquet"), str(tmp_path / "reports")
+    own = {"studies": ["attention"]}
+    bad = "B=0,H=1,S=64,D=64,causal=0"
+    proc = kb("profile", "attention", "11_fast_exp2", "--size", bad, "--out", out,
+              "--reports", reports, settings=own, check=False)  # fmt: skip
+    assert proc.returncode != 0 and f"attention/11_fast_exp2: --size: size '{bad}'" in proc.stderr
+    proc = kb("profile", "attention", "12_autotuned", "--out", out, "--reports", reports,
+              settings=own, check=False)  # fmt: skip
+    assert proc.returncode != 0 and "attention/12_autotuned is autotuned" in proc.stderr
+    assert not (tmp_path / "p.parquet").exists()

@@ -5,6 +5,8 @@ The quick loop:
   kernelbook compile STUDY VARIANT ...        nvcc or Triton: resources and SASS histogram
   kernelbook bench STUDY VARIANT... [--size]  check, then time beside the baselines
   kernelbook launch STUDY VARIANT --size S    one launch (what ncu and compute-sanitizer run)
+  kernelbook profile STUDY VARIANT --size S --reports DIR --out T
+                                              Nsight Compute at those sizes (compiled now)
 Published worklogs:
   kernelbook check | publish | render | index | before-after | compare
 The rules' jobs: profile, sanitize, roofline, device, gather, select, stages, meta, gate,
@@ -128,6 +130,7 @@ def cmd_profile(args) -> int:
     return profile_job(
         project, study, variant, args.out, args.reports, args.build_dir,
         cubin=args.cubin, tuned_table=args.tuned_table, bench_table=args.bench_table,
+        sizes=_sizes(args),
     )  # fmt: skip
 
 
@@ -350,9 +353,10 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument("study")
         s.add_argument("variant")
         s.add_argument("--out", required=True)
-        s.add_argument(
-            "--build-dir", required=True, help="the study's build folder (results/build/<study>)"
-        )
+        build_help = "the study's build folder (results/build/<study>)"
+        if name == "profile":
+            build_help += "; without it or --cubin, the variant is compiled now"
+        s.add_argument("--build-dir", required=name == "sanitize", help=build_help)
         s.add_argument("--cubin", help="default: <build-dir>/<variant>/kernel.cubin")
         s.add_argument("--tuned-table", help="for an autotuned variant: its tuned table")
         s.add_argument(
@@ -362,6 +366,12 @@ def parser() -> argparse.ArgumentParser:
         )
         if name == "profile":
             s.add_argument("--reports", required=True, help="folder for the .ncu-rep files")
+            s.add_argument(
+                "--size",
+                action="append",
+                help="a size to profile instead of the study's profile sizes (the quick "
+                "loop); repeatable",
+            )
         s.set_defaults(fn=fn)
 
     s = sub.add_parser("roofline", help="derive the roofline table from a study's profile")

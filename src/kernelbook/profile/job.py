@@ -61,18 +61,40 @@ def _empty(table: str, study: Study):
 
 def profile_job(
     project: Project, study: Study, variant: Variant, out, reports, build_dir,
-    cubin=None, tuned_table=None, bench_table=None,
+    cubin=None, tuned_table=None, bench_table=None, sizes=None,
 ) -> int:  # fmt: skip
-    failed = bench_failures(bench_table)
-    slot = gpu.acquire_slot(preload=())
-    rows = []
-    sizes = list(study.profile_sizes)
-    Path(reports).mkdir(parents=True, exist_ok=True)  # the rule's output, even if none ran
-    for run, path, run_sizes in targets(study, variant, sizes, build_dir, cubin, tuned_table):
-        part = ncu.profile_variant(
-            project, study, run, path, run_sizes, Path(reports), slot.uuid, skip=failed
+    """ncu on ``variant`` at the study's profile sizes, or at ``sizes`` (labels: the quick
+    loop); with neither ``build_dir`` nor ``cubin`` (a plain variant) it is compiled now."""
+    import tempfile
+
+    problem = problems.get(study.problem)
+    if sizes:
+        try:
+            sizes = [problem.parse_size(label) for label in sizes]
+        except ValueError as e:
+            raise ConfigError(f"{study.name}/{variant.id}: --size: {e}") from None
+    else:
+        sizes = list(study.profile_sizes)
+    if build_dir is None and cubin is None and variant.is_tuned:
+        raise ConfigError(
+            f"{study.name}/{variant.id} is autotuned: give --build-dir and --tuned-table, or "
+            "profile one of its candidates"
         )
-        rows += [{**r, "variant": variant.id} for r in part]
+    failed = bench_failures(bench_table)
+    with tempfile.TemporaryDirectory() as tmp:
+        if build_dir is None and cubin is None:
+            from kernelbook.build.job import compile_now
+
+            cubin = compile_now(project, study, variant, Path(tmp) / "kernel.cubin").cubin
+        slot = gpu.acquire_slot(preload=())
+        rows = []
+        Path(reports).mkdir(parents=True, exist_ok=True)  # the rule's output, even if none ran
+        runs = targets(study, variant, sizes, build_dir or tmp, cubin, tuned_table)
+        for run, path, run_sizes in runs:
+            part = ncu.profile_variant(
+                project, study, run, path, run_sizes, Path(reports), slot.uuid, skip=failed
+            )
+            rows += [{**r, "variant": variant.id} for r in part]
     rows = [{**r, "job_startup_s": slot.startup_s, "job_wait_s": slot.wait_s} for r in rows]
     tables.write(rows or _empty("profile", study), out, "profile", study.size_names)
     return 0
