@@ -346,7 +346,7 @@ def parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=cmd_launch)
 
     for name, fn, help_ in (
-        ("profile", cmd_profile, "Nsight Compute metrics of one variant at the profile sizes"),
+        ("profile", cmd_profile, "Nsight Compute on one variant at the profile sizes or --size"),
         ("sanitize", cmd_sanitize, "compute-sanitizer tools on one variant at a small size"),
     ):
         s = sub.add_parser(name, help=help_)
