@@ -124,14 +124,26 @@ def cmd_launch(args) -> int:
 
 
 def cmd_profile(args) -> int:
-    from kernelbook.profile.job import profile_job
+    """ncu on one variant. The quick loop: --size, and without --build-dir or --cubin the
+    variant compiled here first (the profile job itself builds nothing, and holds the GPU)."""
+    import tempfile
+
+    from kernelbook.profile.job import profile_job, quick_sizes
 
     project, study, variant = _study_variant(args)
-    return profile_job(
-        project, study, variant, args.out, args.reports, args.build_dir,
-        cubin=args.cubin, tuned_table=args.tuned_table, bench_table=args.bench_table,
-        sizes=_sizes(args),
-    )  # fmt: skip
+    sizes = quick_sizes(study, variant, _sizes(args), args.build_dir)
+    own_build = args.build_dir is None and args.cubin is None
+    with tempfile.TemporaryDirectory() as tmp:
+        cubin = args.cubin
+        if own_build:
+            from kernelbook.build.job import compile_now
+
+            cubin = compile_now(project, study, variant, Path(tmp) / "kernel.cubin").cubin
+        return profile_job(
+            project, study, variant, args.out, args.reports, args.build_dir,
+            cubin=cubin, tuned_table=args.tuned_table, bench_table=args.bench_table,
+            sizes=sizes,
+        )  # fmt: skip
 
 
 def cmd_sanitize(args) -> int:

@@ -59,42 +59,40 @@ def _empty(table: str, study: Study):
     return pd.DataFrame(columns=tables.schema(table, study.size_names).names)
 
 
-def profile_job(
-    project: Project, study: Study, variant: Variant, out, reports, build_dir,
-    cubin=None, tuned_table=None, bench_table=None, sizes=None,
-) -> int:  # fmt: skip
-    """ncu on ``variant`` at the study's profile sizes, or at ``sizes`` (labels: the quick
-    loop); with neither ``build_dir`` nor ``cubin`` (a plain variant) it is compiled now."""
-    import tempfile
-
-    problem = problems.get(study.problem)
-    if sizes:
-        try:
-            sizes = [problem.parse_size(label) for label in sizes]
-        except ValueError as e:
-            raise ConfigError(f"{study.name}/{variant.id}: --size: {e}") from None
-    else:
-        sizes = list(study.profile_sizes)
-    if build_dir is None and cubin is None and variant.is_tuned:
+def quick_sizes(study: Study, variant: Variant, labels, build_dir) -> list[dict] | None:
+    """What `kernelbook profile --size` asks for, checked before anything runs: the sizes
+    parsed (None: the study's profile sizes). An autotuned variant needs its build folder (its
+    candidates' cubins) and tuned table. One ConfigError naming the variant otherwise."""
+    if build_dir is None and variant.is_tuned:
         raise ConfigError(
             f"{study.name}/{variant.id} is autotuned: give --build-dir and --tuned-table, or "
             "profile one of its candidates"
         )
-    failed = bench_failures(bench_table)
-    with tempfile.TemporaryDirectory() as tmp:
-        if build_dir is None and cubin is None:
-            from kernelbook.build.job import compile_now
+    if not labels:
+        return None
+    problem = problems.get(study.problem)
+    try:
+        return [problem.parse_size(label) for label in labels]
+    except ValueError as e:
+        raise ConfigError(f"{study.name}/{variant.id}: --size: {e}") from None
 
-            cubin = compile_now(project, study, variant, Path(tmp) / "kernel.cubin").cubin
-        slot = gpu.acquire_slot(preload=())
-        rows = []
-        Path(reports).mkdir(parents=True, exist_ok=True)  # the rule's output, even if none ran
-        runs = targets(study, variant, sizes, build_dir or tmp, cubin, tuned_table)
-        for run, path, run_sizes in runs:
-            part = ncu.profile_variant(
-                project, study, run, path, run_sizes, Path(reports), slot.uuid, skip=failed
-            )
-            rows += [{**r, "variant": variant.id} for r in part]
+
+def profile_job(
+    project: Project, study: Study, variant: Variant, out, reports, build_dir,
+    cubin=None, tuned_table=None, bench_table=None, sizes=None,
+) -> int:  # fmt: skip
+    """ncu on ``variant`` at the study's profile sizes, or at ``sizes`` (quick_sizes)."""
+    failed = bench_failures(bench_table)
+    slot = gpu.acquire_slot(preload=())
+    rows = []
+    sizes = list(sizes or study.profile_sizes)
+    Path(reports).mkdir(parents=True, exist_ok=True)  # the rule's output, even if none ran
+    runs = targets(study, variant, sizes, build_dir or ".", cubin, tuned_table)
+    for run, path, run_sizes in runs:
+        part = ncu.profile_variant(
+            project, study, run, path, run_sizes, Path(reports), slot.uuid, skip=failed
+        )
+        rows += [{**r, "variant": variant.id} for r in part]
     rows = [{**r, "job_startup_s": slot.startup_s, "job_wait_s": slot.wait_s} for r in rows]
     tables.write(rows or _empty("profile", study), out, "profile", study.size_names)
     return 0
