@@ -382,6 +382,20 @@ KB_DEVICE void body(int S, float scale, int causal, __nv_bfloat16* O, float* L,
     }
   };
 
+  // one turn at the tensor core: wait for it (FA3_PINGPONG), fence the registers the wgmmas
+  // read and write, issue them (issue() commits its groups), and hand the turn on while they
+  // run
+  auto at_tensor_core = [&](auto issue) {
+#if FA3_PINGPONG
+    turn_wait(wg);
+#endif
+    wgmma_fence();
+    issue();
+#if FA3_PINGPONG
+    turn_pass(wg);
+#endif
+  };
+
   mbar_wait(qbar, 0);
 #if FA3_PINGPONG
   if (wg == CONSUMERS - 1) turn_pass(wg);  // warpgroup 0 goes first
@@ -391,15 +405,10 @@ KB_DEVICE void body(int S, float scale, int causal, __nv_bfloat16* O, float* L,
   {
     float alpha[2];
     mbar_wait(&kbar[0], 0);
-#if FA3_PINGPONG
-    turn_wait(wg);
-#endif
-    wgmma_fence();
-    issue_s(0);
-    wgmma_commit();
-#if FA3_PINGPONG
-    turn_pass(wg);
-#endif
+    at_tensor_core([&] {
+      issue_s(0);
+      wgmma_commit();
+    });
     wgmma_wait<0>();
     keep_in_registers(s);
     if (lane == 0) mbar_arrive(&kfree[0]);
@@ -415,17 +424,12 @@ KB_DEVICE void body(int S, float scale, int causal, __nv_bfloat16* O, float* L,
     float alpha[2];
     mbar_wait(&kbar[st], (j / STAGES) & 1);
     mbar_wait(&vbar[pst], ((j - 1) / STAGES) & 1);
-#if FA3_PINGPONG
-    turn_wait(wg);
-#endif
-    wgmma_fence();
-    issue_s(st);
-    wgmma_commit();
-    issue_pv(pst, prev);
-    wgmma_commit();
-#if FA3_PINGPONG
-    turn_pass(wg);
-#endif
+    at_tensor_core([&] {
+      issue_s(st);
+      wgmma_commit();
+      issue_pv(pst, prev);
+      wgmma_commit();
+    });
     wgmma_wait<1>();  // S(j) has landed; P(j-1)·V(j-1) may still run
     keep_in_registers(s);
     if (lane == 0) mbar_arrive(&kfree[st]);
@@ -446,18 +450,13 @@ KB_DEVICE void body(int S, float scale, int causal, __nv_bfloat16* O, float* L,
   {
     const int pst = (ntiles - 1) % STAGES;
     mbar_wait(&vbar[pst], ((ntiles - 1) / STAGES) & 1);
-#if FA3_PINGPONG
-    turn_wait(wg);
-#endif
-    wgmma_fence();
-    if (last_in_pb)
-      issue_pv(pst, pb);
-    else
-      issue_pv(pst, pa);
-    wgmma_commit();
-#if FA3_PINGPONG
-    turn_pass(wg);
-#endif
+    at_tensor_core([&] {
+      if (last_in_pb)
+        issue_pv(pst, pb);
+      else
+        issue_pv(pst, pa);
+      wgmma_commit();
+    });
     wgmma_wait<0>();
     keep_in_registers(o);
   }
@@ -468,15 +467,11 @@ KB_DEVICE void body(int S, float scale, int causal, __nv_bfloat16* O, float* L,
     float alpha[2];
 
     mbar_wait(&kbar[st], phase);
-#if FA3_PINGPONG
-    turn_wait(wg);
-#endif
-    wgmma_fence();
-    issue_s(st);
-    wgmma_commit();
-#if FA3_PINGPONG
-    turn_pass(wg);  // the other warpgroup's S goes next, while this one waits for its own
-#endif
+    // the other warpgroup's S goes next (FA3_PINGPONG), while this one waits for its own
+    at_tensor_core([&] {
+      issue_s(st);
+      wgmma_commit();
+    });
     wgmma_wait<0>();
 
     softmax(j, alpha);
