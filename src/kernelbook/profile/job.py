@@ -20,10 +20,10 @@ def _eprint(*a):
 
 
 def targets(study: Study, variant: Variant, sizes, build_dir, cubin=None, tuned_table=None):
-    """(variant to run, cubin, sizes) pairs; a tuned variant runs the candidate that won."""
-    build_dir = Path(build_dir)
+    """(variant to run, cubin, sizes) pairs; a tuned variant runs the candidate that won.
+    ``build_dir`` may be None where ``cubin`` is given (a plain variant)."""
     if not variant.is_tuned:
-        path = Path(cubin) if cubin else build_dir / variant.id / "kernel.cubin"
+        path = Path(cubin) if cubin else Path(build_dir) / variant.id / "kernel.cubin"
         return [(variant, path, sizes)]
     if not tuned_table:
         raise ConfigError(f"{study.name}/{variant.id} is autotuned: give --tuned-table")
@@ -37,7 +37,7 @@ def targets(study: Study, variant: Variant, sizes, build_dir, cubin=None, tuned_
                 f"{study.name}/{variant.id}: no winning candidate at {problem.label(s)}; skipped"
             )
             continue
-        out.append((study.variant(cand), build_dir / cand / "kernel.cubin", [s]))
+        out.append((study.variant(cand), Path(build_dir) / cand / "kernel.cubin", [s]))
     return out
 
 
@@ -87,8 +87,7 @@ def profile_job(
     rows = []
     sizes = list(sizes or study.profile_sizes)
     Path(reports).mkdir(parents=True, exist_ok=True)  # the rule's output, even if none ran
-    runs = targets(study, variant, sizes, build_dir or ".", cubin, tuned_table)
-    for run, path, run_sizes in runs:
+    for run, path, run_sizes in targets(study, variant, sizes, build_dir, cubin, tuned_table):
         part = ncu.profile_variant(
             project, study, run, path, run_sizes, Path(reports), slot.uuid, skip=failed
         )
