@@ -75,12 +75,14 @@ def test_odd_head_size_is_skipped_visibly(tmp_path):
     assert "D == 64 or D == 128" in df["reason"].iloc[0]
 
 
-@pytest.mark.parametrize("variant", ["07_wgmma_tma", "09_pingpong", "10_intra_overlap"])
+@pytest.mark.parametrize(
+    "variant", ["07_wgmma_tma", "09_pingpong", "10_intra_overlap", "14_three_warpgroups"]
+)
 def test_the_tma_steps_are_clean_under_every_sanitizer_tool(tmp_path, variant):
     """The Hopper steps launch through cuda-bindings with three tensor maps; device-side,
     their TMA copies, mbarrier waits, named barriers and wgmmas leave every tool nothing to
     report (07: one block barrier a tile; 09: a producer warpgroup and turns; 10: two wgmma
-    groups in flight, K and V freed apart)."""
+    groups in flight, K and V freed apart; 14: three consumer warpgroups taking turns)."""
     if not _hopper():
         pytest.skip(f"{variant} is built for sm_90a: needs a Hopper GPU")
     df = sanitizer_rows(tmp_path, "attention", variant)
