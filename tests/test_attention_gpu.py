@@ -39,6 +39,7 @@ VARIANTS = [
     "12_autotuned__BN64_STAGES4",  # the 64-key tile (the tuned step runs one winner)
     "13_fma_exp2",
     "14_three_warpgroups",  # D = 64 only: its D = 128 sizes are skipped rows
+    "15_persistent",
 ]
 # small, both head sizes; odd S (not a multiple of any tile) and B*H > 1, causal and not
 SIZES = [
@@ -76,13 +77,15 @@ def test_odd_head_size_is_skipped_visibly(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "variant", ["07_wgmma_tma", "09_pingpong", "10_intra_overlap", "14_three_warpgroups"]
+    "variant",
+    ["07_wgmma_tma", "09_pingpong", "10_intra_overlap", "14_three_warpgroups", "15_persistent"],
 )
 def test_the_tma_steps_are_clean_under_every_sanitizer_tool(tmp_path, variant):
     """The Hopper steps launch through cuda-bindings with three tensor maps; device-side,
     their TMA copies, mbarrier waits, named barriers and wgmmas leave every tool nothing to
     report (07: one block barrier a tile; 09: a producer warpgroup and turns; 10: two wgmma
-    groups in flight, K and V freed apart; 14: three consumer warpgroups taking turns)."""
+    groups in flight, K and V freed apart; 14: three consumer warpgroups taking turns; 15: a
+    persistent block, two Q buffers and the ring running on across query tiles)."""
     if not _hopper():
         pytest.skip(f"{variant} is built for sm_90a: needs a Hopper GPU")
     df = sanitizer_rows(tmp_path, "attention", variant)

@@ -32,6 +32,9 @@
 // FA3_FAST_EXP (the softmax's 2^x as one MUFU.EX2, denormal results flushed: step 11),
 // FA3_POLY_EXP = n (with FA3_OVERLAP: in a tile with no masked key, every n-th pair of the
 // softmax's exp2s by exp2_fma.cuh's cubic on the FP32 pipe instead of the MUFU: step 13).
+// FA3_PERSISTENT (with FA3_OVERLAP: a block computes every gridDim.x-th query tile, Q in two
+// buffers, the K/V ring's counter running on across tiles, so that the next tile's loads go
+// under this one's end: step 15).
 // BM = 192 gives three computing warpgroups, which take their turns round (step 14), and
 // FA3_HEAD_DIM = 64 or 128 compiles one head size's body only (the other's launches do
 // nothing: the config's `requires` skips those sizes).
@@ -70,6 +73,9 @@
 #ifndef FA3_POLY_EXP
 #define FA3_POLY_EXP 0
 #endif
+#ifndef FA3_PERSISTENT
+#define FA3_PERSISTENT 0
+#endif
 #ifndef FA3_HEAD_DIM
 #define FA3_HEAD_DIM 0  // 0: bodies for D = 64 and 128; 64 or 128: that one only
 #endif
@@ -79,7 +85,7 @@ namespace fa3 {
 constexpr int CONSUMERS = BM / 64;                 // warpgroups that compute, 64 rows each
 constexpr int NT = (CONSUMERS + FA3_WS) * 128;     // + the producer warpgroup (FA3_WS)
 static_assert(BM % 64 == 0 && BM <= 256, "one warpgroup per 64 query rows");
-static_assert(BN == 64 || BN == 128, "S tile: wgmma m64n64 or m64n128");
+static_assert(BN % 16 == 0 && BN <= 256, "S tile: wgmma m64nBN, 16 keys a P·V slice");
 static_assert(STAGES >= 1 && STAGES <= 4, "K/V ring");
 static_assert(!FA3_PINGPONG || (FA3_WS && (CONSUMERS == 2 || CONSUMERS == 3)),
               "ping-pong: two or three computing warpgroups, taking turns round");
@@ -89,6 +95,9 @@ constexpr int CONSUMER_REGS = CONSUMERS == 2 ? 240 : CONSUMERS == 3 ? 160 : 240;
 static_assert(!FA3_WS || 128 * (24 + CONSUMERS * CONSUMER_REGS) <= 65536, "register file");
 static_assert(!FA3_OVERLAP || FA3_WS, "intra-warpgroup overlap: a producer warpgroup");
 static_assert(!FA3_POLY_EXP || FA3_OVERLAP, "the FP32-pipe exp2s are in the overlapped softmax");
+static_assert(!FA3_PERSISTENT || FA3_OVERLAP, "persistent: the overlapped loop's barriers");
+// Q buffers: a persistent block loads the next query tile's Q while it computes this one's
+constexpr int QBUF = FA3_PERSISTENT ? 2 : 1;
 constexpr int POLY_N = FA3_POLY_EXP > 0 ? FA3_POLY_EXP : 1;  // every POLY_N-th pair
 
 // named barriers 1 .. CONSUMERS (0 is __syncthreads): computing warpgroup c waits on 1 + c
@@ -163,7 +172,7 @@ struct Smem {
   static constexpr int HALVES = D / 64;
   static constexpr int Q_BYTES = BM * D * 2;
   static constexpr int KV_BYTES = BN * D * 2;  // one K or V tile
-  static constexpr int BYTES = Q_BYTES + 2 * STAGES * KV_BYTES;
+  static constexpr int BYTES = QBUF * Q_BYTES + 2 * STAGES * KV_BYTES;
 };
 
 // load rows [row, row + rows) of a [rows_total][D] matrix as D / 64 swizzled halves
@@ -172,32 +181,44 @@ KB_DEVICE void load_halves(uint8_t* dst, const CUtensorMap* map, uint64_t* bar, 
   for (int h = 0; h < halves; ++h) tma_load(dst + h * rows * 128, map, bar, 64 * h, row);
 }
 
+// query tile i of cdiv(S, BM) * B * H: query block i % nq of (b, h) i / nq, from the last
+// block when causal (the last blocks have the most key tiles: they start first)
+struct Tile {
+  int q0, row0, ntiles;  // first query, the (b, h)'s first row in the tensor maps, key tiles
+};
+KB_DEVICE Tile tile_at(int i, int nq, int S, int causal) {
+  const int x = i % nq, qblock = causal ? nq - 1 - x : x;
+  Tile t{qblock * BM, (i / nq) * S, (S + BN - 1) / BN};
+  if (causal) t.ntiles = min(t.ntiles, (t.q0 + BM + BN - 1) / BN);
+  return t;
+}
+
 template <int D>
-KB_DEVICE void body(int S, float scale, int causal, __nv_bfloat16* O, float* L,
+KB_DEVICE void body(int S, int BH, float scale, int causal, __nv_bfloat16* O, float* L,
                     const CUtensorMap* tmQ, const CUtensorMap* tmK, const CUtensorMap* tmV,
-                    uint8_t* smem, uint64_t* qbar, uint64_t* kbar, uint64_t* vbar,
-                    uint64_t* kfree, uint64_t* vfree) {
+                    uint8_t* smem, uint64_t* qbar, uint64_t* qfree, uint64_t* kbar,
+                    uint64_t* vbar, uint64_t* kfree, uint64_t* vfree) {
   using SM = Smem<D>;
   constexpr int HALVES = SM::HALVES;
   const int tid = threadIdx.x, warp = (tid % 128) / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;
-  const int bh = blockIdx.y;
-  // causal: the last query blocks have the most key tiles; start them first
-  const int qblock = causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-  const int q0 = qblock * BM;
-  const int row0 = bh * S;  // this (b, h)'s first row in the tensor maps
-  int ntiles = (S + BN - 1) / BN;
-  if (causal) ntiles = min(ntiles, (q0 + BM + BN - 1) / BN);
+  // the query tiles this block computes: one (blockIdx.x, blockIdx.y), or with
+  // FA3_PERSISTENT every gridDim.x-th from blockIdx.x
+  const int nq = (S + BM - 1) / BM, total = nq * BH;
+  const int first = FA3_PERSISTENT ? blockIdx.x : blockIdx.x + nq * blockIdx.y;
+  const int stride = FA3_PERSISTENT ? gridDim.x : total;
 
-  uint8_t* sQ = smem;
-  uint8_t* sK = smem + SM::Q_BYTES;
+  uint8_t* sK = smem + QBUF * SM::Q_BYTES;
   uint8_t* sV = sK + STAGES * SM::KV_BYTES;
 
   if (tid == 0) {
     tma_prefetch_descriptor(tmQ);
     tma_prefetch_descriptor(tmK);
     tma_prefetch_descriptor(tmV);
-    mbar_init(qbar, 1);
+    for (int b = 0; b < QBUF; ++b) {
+      mbar_init(&qbar[b], 1);
+      mbar_init(&qfree[b], CONSUMERS * 4);  // one arrive per computing warp (FA3_PERSISTENT)
+    }
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(&kbar[s], 1);
       mbar_init(&vbar[s], 1);
@@ -208,31 +229,41 @@ KB_DEVICE void body(int S, float scale, int causal, __nv_bfloat16* O, float* L,
   }
   __syncthreads();
 
-  // tile j's K (or V) into stage j % STAGES, each completing on its own barrier
-  auto load_k = [&](int j) {
-    const int st = j % STAGES;
+  // the ring's n-th K (or V) tile into stage n % STAGES (n counts across the block's query
+  // tiles), rows [row, row + BN), each completing on its own barrier
+  auto load_k = [&](int n, int row) {
+    const int st = n % STAGES;
     mbar_expect_tx(&kbar[st], SM::KV_BYTES);
-    load_halves(sK + st * SM::KV_BYTES, tmK, &kbar[st], row0 + j * BN, HALVES, BN);
+    load_halves(sK + st * SM::KV_BYTES, tmK, &kbar[st], row, HALVES, BN);
   };
-  auto load_v = [&](int j) {
-    const int st = j % STAGES;
+  auto load_v = [&](int n, int row) {
+    const int st = n % STAGES;
     mbar_expect_tx(&vbar[st], SM::KV_BYTES);
-    load_halves(sV + st * SM::KV_BYTES, tmV, &vbar[st], row0 + j * BN, HALVES, BN);
+    load_halves(sV + st * SM::KV_BYTES, tmV, &vbar[st], row, HALVES, BN);
+  };
+  auto load_q = [&](int qb, const Tile& tl) {
+    mbar_expect_tx(&qbar[qb], SM::Q_BYTES);
+    load_halves(smem + qb * SM::Q_BYTES, tmQ, &qbar[qb], tl.row0 + tl.q0, HALVES, BM);
   };
 
 #if FA3_WS
   if (tid < 128) {  // the producer warpgroup: one thread issues every copy
     setmaxnreg_dec<24>();
     if (tid == 0) {
-      mbar_expect_tx(qbar, SM::Q_BYTES);
-      load_halves(sQ, tmQ, qbar, row0 + q0, HALVES, BM);
-      for (int j = 0; j < ntiles; ++j) {
-        // stage j % STAGES last held tile j - STAGES: wait until every computing warp is done
-        const uint32_t parity = (j / STAGES - 1) & 1;
-        if (j >= STAGES) mbar_wait(&kfree[j % STAGES], parity);
-        load_k(j);
-        if (FA3_OVERLAP && j >= STAGES) mbar_wait(&vfree[j % STAGES], parity);
-        load_v(j);
+      int n = 0;  // K and V tiles into the ring so far
+      for (int i = first, u = 0; i < total; i += stride, ++u) {
+        const Tile tl = tile_at(i, nq, S, causal);
+        // Q buffer u % QBUF last held query tile u - QBUF: wait until every warp is done
+        if (u >= QBUF) mbar_wait(&qfree[u % QBUF], (u / QBUF - 1) & 1);
+        load_q(u % QBUF, tl);
+        for (int j = 0; j < tl.ntiles; ++j, ++n) {
+          // stage n % STAGES last held tile n - STAGES: wait until every computing warp is done
+          const uint32_t parity = (n / STAGES - 1) & 1;
+          if (n >= STAGES) mbar_wait(&kfree[n % STAGES], parity);
+          load_k(n, tl.row0 + j * BN);
+          if (FA3_OVERLAP && n >= STAGES) mbar_wait(&vfree[n % STAGES], parity);
+          load_v(n, tl.row0 + j * BN);
+        }
       }
     }
     return;
@@ -240,281 +271,307 @@ KB_DEVICE void body(int S, float scale, int causal, __nv_bfloat16* O, float* L,
   setmaxnreg_inc<CONSUMER_REGS>();
   const int wg = tid / 128 - 1;  // this computing warpgroup's 64 query rows
 #else
-  if (tid == 0) {
-    mbar_expect_tx(qbar, SM::Q_BYTES);
-    load_halves(sQ, tmQ, qbar, row0 + q0, HALVES, BM);
-    for (int j = 0; j < STAGES && j < ntiles; ++j) {
-      load_k(j);
-      load_v(j);
+  if (tid == 0) {  // one query tile a block: Q and the ring's first stages
+    const Tile tl = tile_at(first, nq, S, causal);
+    load_q(0, tl);
+    for (int j = 0; j < STAGES && j < tl.ntiles; ++j) {
+      load_k(j, tl.row0 + j * BN);
+      load_v(j, tl.row0 + j * BN);
     }
   }
   const int wg = tid / 128;
 #endif
-
-  float o[D / 2];
-#pragma unroll
-  for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
-  float s[BN / 2];
-  uint32_t pa[BN / 16][4];  // P as bf16 A fragments
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   const float sl2 = scale * 1.4426950408889634f;  // scores in the log2 domain
-  const int qrow = q0 + 64 * wg + 16 * warp + g;  // this thread's rows: qrow, qrow + 8
-  const uint8_t* qw = sQ + wg * 64 * 128;          // this warpgroup's 64 rows of each half
 
-  // S = Q·Kᵀ of the K tile in stage st: D / 16 wgmmas, the k-th from half k / 4 at
-  // 32 * (k % 4) bytes (issued, not waited for)
-  auto issue_s = [&](int st) {
-    const uint8_t* tK = sK + st * SM::KV_BYTES;
+  // one query tile: its K and V tiles are the ring's n0-th onwards, its Q in buffer qb
+  // (complete at parity qphase)
+  auto compute_tile = [&](const Tile& tl, const int n0, const int qb, const uint32_t qphase) {
+    const int q0 = tl.q0, row0 = tl.row0, ntiles = tl.ntiles;
+    const uint8_t* sQ = smem + qb * SM::Q_BYTES;
+    float o[D / 2];
 #pragma unroll
-    for (int k = 0; k < D / 16; ++k) {
-      const int h = k / 4, c = 32 * (k % 4);
-      wgmma_bf16<BN>(s, sw128_desc(qw + h * BM * 128 + c), sw128_desc(tK + h * BN * 128 + c),
-                     k > 0);
-    }
-  };
-  // O += P·V of the V tile in stage st: BN / 16 wgmmas, V's 16-key slice k at 2048 * k bytes
-  auto issue_pv = [&](int st, const uint32_t(&p)[BN / 16][4]) {
-    const uint8_t* tV = sV + st * SM::KV_BYTES;
+    for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+    float s[BN / 2];
+    uint32_t pa[BN / 16][4];  // P as bf16 A fragments
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+    const int qrow = q0 + 64 * wg + 16 * warp + g;  // this thread's rows: qrow, qrow + 8
+    const uint8_t* qw = sQ + wg * 64 * 128;          // this warpgroup's 64 rows of each half
+    // key tile j's stage in the ring, and the parity its barriers complete at
+    auto stage = [&](int j) { return (n0 + j) % STAGES; };
+    auto phase = [&](int j) { return uint32_t((n0 + j) / STAGES) & 1; };
+
+    // S = Q·Kᵀ of the K tile in stage st: D / 16 wgmmas, the k-th from half k / 4 at
+    // 32 * (k % 4) bytes (issued, not waited for)
+    auto issue_s = [&](int st) {
+      const uint8_t* tK = sK + st * SM::KV_BYTES;
 #pragma unroll
-    for (int k = 0; k < BN / 16; ++k)
-      wgmma_rs_tb<D>(o, p[k], sw128_desc_nmajor(tV + 2048 * k, BN * 128));
-  };
-  // the online softmax's new row maxima from this tile's scores (get(i): score i, masked):
-  // m moves on, mu is what the tile's exponents subtract, alpha O's rescaling factor
-  auto new_max = [&](auto get, float(&alpha)[2], float(&mu)[2]) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int n = 0; n < BN / 8; ++n) mx = fmaxf(mx, fmaxf(get(4 * n + 2 * h), get(4 * n + 2 * h + 1)));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float mn = fmaxf(m[h], mx * sl2);
-      mu[h] = mn == -INFINITY ? 0.f : mn;  // a row with nothing unmasked yet
-      alpha[h] = exp2_softmax(m[h] - mu[h]);
-      m[h] = mn;
-    }
-  };
-  // tile j's scores in s -> P in s: masked, then the online softmax of each of the thread's
-  // two rows; m and l move on, O's rescaling factor is left in alpha
-  auto softmax = [&](int j, float (&alpha)[2]) {
-    // mask keys past S, and above the diagonal when causal, in the tiles that need it
-    const int k0 = j * BN;
-    if (k0 + BN > S || (causal && k0 + BN - 1 > q0 + 64 * wg + 16 * warp)) {
-#pragma unroll
-      for (int n = 0; n < BN / 8; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int kj = k0 + 8 * n + 2 * t + (e & 1);
-          const int qi = qrow + 8 * (e >> 1);
-          if (kj >= S || (causal && kj > qi)) s[4 * n + e] = -INFINITY;
-        }
-    }
-    float mu[2];
-    new_max([&](int i) { return s[i]; }, alpha, mu);
-    float rs[2] = {0.f, 0.f};
-#pragma unroll
-    for (int i = 0; i < BN / 2; ++i) {
-      const float p = exp2_softmax(s[i] * sl2 - mu[(i >> 1) & 1]);
-      s[i] = p;
-      rs[(i >> 1) & 1] += p;
-    }
-    l[0] = l[0] * alpha[0] + rs[0];
-    l[1] = l[1] * alpha[1] + rs[1];
-  };
-#if FA3_OVERLAP
-  // softmax() for a P·V still in flight: the same arithmetic, but S's registers are only
-  // read (the mask applied as they are read) and P goes straight to bf16 fragments pb. ptxas
-  // waits for every outstanding wgmma before the first write to any accumulator register,
-  // so writing P over S would end the overlap there.
-  auto softmax_packed = [&](int j, float (&alpha)[2], uint32_t (&pb)[BN / 16][4]) {
-    const int k0 = j * BN;
-    auto run = [&](auto masked) {
-      constexpr bool MASK = decltype(masked)::value;
-      // element i = 4n + e: key k0 + 8n + 2t + (e & 1), query row qrow + 8 (e >> 1)
-      auto val = [&](int i) {
-        if (MASK) {
-          const int kj = k0 + 8 * (i / 4) + 2 * t + (i & 1);
-          const int qi = qrow + 8 * ((i >> 1) & 1);
-          if (kj >= S || (causal && kj > qi)) return -INFINITY;
-        }
-        return s[i];
-      };
-      float mu[2];
-      new_max(val, alpha, mu);
-      float rs[2] = {0.f, 0.f};
+      for (int k = 0; k < D / 16; ++k) {
+        const int h = k / 4, c = 32 * (k % 4);
+        wgmma_bf16<BN>(s, sw128_desc(qw + h * BM * 128 + c), sw128_desc(tK + h * BN * 128 + c),
+                       k > 0);
+      }
+    };
+    // O += P·V of the V tile in stage st: BN / 16 wgmmas, V's 16-key slice k at 2048 * k bytes
+    auto issue_pv = [&](int st, const uint32_t(&p)[BN / 16][4]) {
+      const uint8_t* tV = sV + st * SM::KV_BYTES;
 #pragma unroll
       for (int k = 0; k < BN / 16; ++k)
+        wgmma_rs_tb<D>(o, p[k], sw128_desc_nmajor(tV + 2048 * k, BN * 128));
+    };
+    // the online softmax's new row maxima from this tile's scores (get(i): score i, masked):
+    // m moves on, mu is what the tile's exponents subtract, alpha O's rescaling factor
+    auto new_max = [&](auto get, float(&alpha)[2], float(&mu)[2]) {
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const int i = 8 * k + 2 * q;
-          // FA3_POLY_EXP: every n-th pair of an unmasked tile off the MUFU (a masked key's
-          // -inf stays the MUFU's, which makes it exactly 0)
-          const bool fma_pipe = !MASK && FA3_POLY_EXP > 0 && (4 * k + q) % POLY_N == POLY_N - 1;
-          const float p0 = fma_pipe ? exp2_fma(val(i) * sl2 - mu[q & 1])
-                                    : exp2_softmax(val(i) * sl2 - mu[q & 1]);
-          const float p1 = fma_pipe ? exp2_fma(val(i + 1) * sl2 - mu[q & 1])
-                                    : exp2_softmax(val(i + 1) * sl2 - mu[q & 1]);
-          rs[q & 1] += p0 + p1;
-          pb[k][q] = pack_bf16(p0, p1);
-        }
+      for (int h = 0; h < 2; ++h) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < BN / 8; ++n)
+          mx = fmaxf(mx, fmaxf(get(4 * n + 2 * h), get(4 * n + 2 * h + 1)));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float mn = fmaxf(m[h], mx * sl2);
+        mu[h] = mn == -INFINITY ? 0.f : mn;  // a row with nothing unmasked yet
+        alpha[h] = exp2_softmax(m[h] - mu[h]);
+        m[h] = mn;
+      }
+    };
+    // tile j's scores in s -> P in s: masked, then the online softmax of each of the thread's
+    // two rows; m and l move on, O's rescaling factor is left in alpha
+    auto softmax = [&](int j, float(&alpha)[2]) {
+      // mask keys past S, and above the diagonal when causal, in the tiles that need it
+      const int k0 = j * BN;
+      if (k0 + BN > S || (causal && k0 + BN - 1 > q0 + 64 * wg + 16 * warp)) {
+#pragma unroll
+        for (int n = 0; n < BN / 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int kj = k0 + 8 * n + 2 * t + (e & 1);
+            const int qi = qrow + 8 * (e >> 1);
+            if (kj >= S || (causal && kj > qi)) s[4 * n + e] = -INFINITY;
+          }
+      }
+      float mu[2];
+      new_max([&](int i) { return s[i]; }, alpha, mu);
+      float rs[2] = {0.f, 0.f};
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) {
+        const float p = exp2_softmax(s[i] * sl2 - mu[(i >> 1) & 1]);
+        s[i] = p;
+        rs[(i >> 1) & 1] += p;
+      }
       l[0] = l[0] * alpha[0] + rs[0];
       l[1] = l[1] * alpha[1] + rs[1];
     };
-    if (k0 + BN > S || (causal && k0 + BN - 1 > q0 + 64 * wg + 16 * warp))
-      run(std::true_type{});
-    else
-      run(std::false_type{});
-  };
+#if FA3_OVERLAP
+    // softmax() for a P·V still in flight: the same arithmetic, but S's registers are only
+    // read (the mask applied as they are read) and P goes straight to bf16 fragments pb.
+    // ptxas waits for every outstanding wgmma before the first write to any accumulator
+    // register, so writing P over S would end the overlap there.
+    auto softmax_packed = [&](int j, float(&alpha)[2], uint32_t(&pb)[BN / 16][4]) {
+      const int k0 = j * BN;
+      auto run = [&](auto masked) {
+        constexpr bool MASK = decltype(masked)::value;
+        // element i = 4n + e: key k0 + 8n + 2t + (e & 1), query row qrow + 8 (e >> 1)
+        auto val = [&](int i) {
+          if (MASK) {
+            const int kj = k0 + 8 * (i / 4) + 2 * t + (i & 1);
+            const int qi = qrow + 8 * ((i >> 1) & 1);
+            if (kj >= S || (causal && kj > qi)) return -INFINITY;
+          }
+          return s[i];
+        };
+        float mu[2];
+        new_max(val, alpha, mu);
+        float rs[2] = {0.f, 0.f};
+#pragma unroll
+        for (int k = 0; k < BN / 16; ++k)
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            const int i = 8 * k + 2 * q;
+            // FA3_POLY_EXP: every n-th pair of an unmasked tile off the MUFU (a masked key's
+            // -inf stays the MUFU's, which makes it exactly 0)
+            const bool fma_pipe =
+                !MASK && FA3_POLY_EXP > 0 && (4 * k + q) % POLY_N == POLY_N - 1;
+            const float p0 = fma_pipe ? exp2_fma(val(i) * sl2 - mu[q & 1])
+                                      : exp2_softmax(val(i) * sl2 - mu[q & 1]);
+            const float p1 = fma_pipe ? exp2_fma(val(i + 1) * sl2 - mu[q & 1])
+                                      : exp2_softmax(val(i + 1) * sl2 - mu[q & 1]);
+            rs[q & 1] += p0 + p1;
+            pb[k][q] = pack_bf16(p0, p1);
+          }
+        l[0] = l[0] * alpha[0] + rs[0];
+        l[1] = l[1] * alpha[1] + rs[1];
+      };
+      if (k0 + BN > S || (causal && k0 + BN - 1 > q0 + 64 * wg + 16 * warp))
+        run(std::true_type{});
+      else
+        run(std::false_type{});
+    };
 #endif
-  auto rescale_o = [&](const float (&alpha)[2]) {
+    auto rescale_o = [&](const float(&alpha)[2]) {
 #pragma unroll
-    for (int i = 0; i < D / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
-  };
-  // P to bf16 A fragments: 16-key slice k is S's column blocks 2k and 2k + 1
-  auto pack_p = [&]() {
+      for (int i = 0; i < D / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
+    };
+    // P to bf16 A fragments: 16-key slice k is S's column blocks 2k and 2k + 1
+    auto pack_p = [&]() {
 #pragma unroll
-    for (int k = 0; k < BN / 16; ++k) {
-      pa[k][0] = pack_bf16(s[8 * k + 0], s[8 * k + 1]);
-      pa[k][1] = pack_bf16(s[8 * k + 2], s[8 * k + 3]);
-      pa[k][2] = pack_bf16(s[8 * k + 4], s[8 * k + 5]);
-      pa[k][3] = pack_bf16(s[8 * k + 6], s[8 * k + 7]);
+      for (int k = 0; k < BN / 16; ++k) {
+        pa[k][0] = pack_bf16(s[8 * k + 0], s[8 * k + 1]);
+        pa[k][1] = pack_bf16(s[8 * k + 2], s[8 * k + 3]);
+        pa[k][2] = pack_bf16(s[8 * k + 4], s[8 * k + 5]);
+        pa[k][3] = pack_bf16(s[8 * k + 6], s[8 * k + 7]);
+      }
+    };
+
+    // one turn at the tensor core: wait for it (FA3_PINGPONG), fence the registers the wgmmas
+    // read and write, issue them (issue() commits its groups), and hand the turn on while they
+    // run
+    auto at_tensor_core = [&](auto issue) {
+#if FA3_PINGPONG
+      turn_wait(wg);
+#endif
+      wgmma_fence();
+      issue();
+#if FA3_PINGPONG
+      turn_pass(wg);
+#endif
+    };
+
+    mbar_wait(&qbar[qb], qphase);
+#if FA3_OVERLAP
+    // prologue: S(0) alone and its softmax (O is still zero: nothing to rescale)
+    {
+      float alpha[2];
+      mbar_wait(&kbar[stage(0)], phase(0));
+      at_tensor_core([&] {
+        issue_s(stage(0));
+        wgmma_commit();
+      });
+      wgmma_wait<0>();
+      keep_in_registers(s);
+      if (lane == 0) mbar_arrive(&kfree[stage(0)]);
+      softmax(0, alpha);
+      pack_p();
+    }
+    // tile j: S(j) and P(j-1)·V(j-1) in flight together, S(j)'s softmax under the product.
+    // P(j-1) (in `prev`) is read by the product until it lands, so P(j) goes to the other
+    // buffer (`next`): the loop is unrolled by two, the buffers swapping names, no copies.
+    uint32_t pb[BN / 16][4];
+    auto step = [&](int j, const uint32_t(&prev)[BN / 16][4], uint32_t(&next)[BN / 16][4]) {
+      const int st = stage(j), pst = stage(j - 1);
+      float alpha[2];
+      mbar_wait(&kbar[st], phase(j));
+      mbar_wait(&vbar[pst], phase(j - 1));
+      at_tensor_core([&] {
+        issue_s(st);
+        wgmma_commit();
+        issue_pv(pst, prev);
+        wgmma_commit();
+      });
+      wgmma_wait<1>();  // S(j) has landed; P(j-1)·V(j-1) may still run
+      keep_in_registers(s);
+      if (lane == 0) mbar_arrive(&kfree[st]);
+      softmax_packed(j, alpha, next);
+      wgmma_wait<0>();  // the product has landed: O may be rescaled
+      keep_in_registers(o);
+      if (lane == 0) mbar_arrive(&vfree[pst]);
+      rescale_o(alpha);
+    };
+    int j = 1;
+    for (; j + 1 < ntiles; j += 2) {
+      step(j, pa, pb);
+      step(j + 1, pb, pa);
+    }
+    const bool last_in_pb = j < ntiles;
+    if (last_in_pb) step(j, pa, pb);
+    // epilogue: the last tile's P·V
+    {
+      const int pst = stage(ntiles - 1);
+      mbar_wait(&vbar[pst], phase(ntiles - 1));
+      at_tensor_core([&] {
+        if (last_in_pb)
+          issue_pv(pst, pb);
+        else
+          issue_pv(pst, pa);
+        wgmma_commit();
+      });
+      wgmma_wait<0>();
+      keep_in_registers(o);
+#if FA3_PERSISTENT
+      // every wgmma of this warp that reads Q has landed: the producer may refill the buffer
+      // (and this tile's last V stage, freed only for the next query tile's loads)
+      if (lane == 0) {
+        mbar_arrive(&qfree[qb]);
+        mbar_arrive(&vfree[pst]);
+      }
+#endif
+    }
+#else
+    for (int j = 0; j < ntiles; ++j) {
+      const int st = stage(j);
+      const uint32_t ph = phase(j);
+      float alpha[2];
+
+      mbar_wait(&kbar[st], ph);
+      // the other warpgroup's S goes next (FA3_PINGPONG), while this one waits for its own
+      at_tensor_core([&] {
+        issue_s(st);
+        wgmma_commit();
+      });
+      wgmma_wait<0>();
+
+      softmax(j, alpha);
+      rescale_o(alpha);
+      pack_p();
+
+      mbar_wait(&vbar[st], ph);
+      wgmma_fence();
+      issue_pv(st, pa);
+      wgmma_commit();
+      wgmma_wait<0>();
+
+#if FA3_WS
+      if (lane == 0) mbar_arrive(&kfree[st]);  // this warp is done with stage st
+#else
+      __syncthreads();  // both warpgroups are done with stage st
+      if (tid == 0 && j + STAGES < ntiles) {
+        load_k(j + STAGES, row0 + (j + STAGES) * BN);
+        load_v(j + STAGES, row0 + (j + STAGES) * BN);
+      }
+#endif
+    }
+#endif
+
+    // O / l and the logsumexp: a row's sum is spread over its quad
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+      l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    }
+    __nv_bfloat16* Ot = O + (size_t)row0 * D;
+    float* Lt = L + row0;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int qi = qrow + 8 * h;
+      if (qi >= S) continue;
+      const float inv = l[h] > 0.f ? 1.f / l[h] : 0.f;
+      __nv_bfloat16* orow = Ot + (size_t)qi * D;
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n)
+        *reinterpret_cast<uint32_t*>(orow + 8 * n + 2 * t) =
+            pack_bf16(o[4 * n + 2 * h] * inv, o[4 * n + 2 * h + 1] * inv);
+      if (t == 0) Lt[qi] = (m[h] + log2f(l[h])) * 0.6931471805599453f;
     }
   };
 
-  // one turn at the tensor core: wait for it (FA3_PINGPONG), fence the registers the wgmmas
-  // read and write, issue them (issue() commits its groups), and hand the turn on while they
-  // run
-  auto at_tensor_core = [&](auto issue) {
-#if FA3_PINGPONG
-    turn_wait(wg);
-#endif
-    wgmma_fence();
-    issue();
-#if FA3_PINGPONG
-    turn_pass(wg);
-#endif
-  };
-
-  mbar_wait(qbar, 0);
 #if FA3_PINGPONG
   if (wg == CONSUMERS - 1) turn_pass(wg);  // warpgroup 0 goes first
 #endif
-#if FA3_OVERLAP
-  // prologue: S(0) alone and its softmax (O is still zero: nothing to rescale)
-  {
-    float alpha[2];
-    mbar_wait(&kbar[0], 0);
-    at_tensor_core([&] {
-      issue_s(0);
-      wgmma_commit();
-    });
-    wgmma_wait<0>();
-    keep_in_registers(s);
-    if (lane == 0) mbar_arrive(&kfree[0]);
-    softmax(0, alpha);
-    pack_p();
-  }
-  // tile j: S(j) and P(j-1)·V(j-1) in flight together, S(j)'s softmax under the product.
-  // P(j-1) (in `prev`) is read by the product until it lands, so P(j) goes to the other
-  // buffer (`next`): the loop is unrolled by two, the buffers swapping names, no copies.
-  uint32_t pb[BN / 16][4];
-  auto step = [&](int j, const uint32_t(&prev)[BN / 16][4], uint32_t(&next)[BN / 16][4]) {
-    const int st = j % STAGES, pst = (j - 1) % STAGES;
-    float alpha[2];
-    mbar_wait(&kbar[st], (j / STAGES) & 1);
-    mbar_wait(&vbar[pst], ((j - 1) / STAGES) & 1);
-    at_tensor_core([&] {
-      issue_s(st);
-      wgmma_commit();
-      issue_pv(pst, prev);
-      wgmma_commit();
-    });
-    wgmma_wait<1>();  // S(j) has landed; P(j-1)·V(j-1) may still run
-    keep_in_registers(s);
-    if (lane == 0) mbar_arrive(&kfree[st]);
-    softmax_packed(j, alpha, next);
-    wgmma_wait<0>();  // the product has landed: O may be rescaled
-    keep_in_registers(o);
-    if (lane == 0) mbar_arrive(&vfree[pst]);
-    rescale_o(alpha);
-  };
-  int j = 1;
-  for (; j + 1 < ntiles; j += 2) {
-    step(j, pa, pb);
-    step(j + 1, pb, pa);
-  }
-  const bool last_in_pb = j < ntiles;
-  if (last_in_pb) step(j, pa, pb);
-  // epilogue: the last tile's P·V
-  {
-    const int pst = (ntiles - 1) % STAGES;
-    mbar_wait(&vbar[pst], ((ntiles - 1) / STAGES) & 1);
-    at_tensor_core([&] {
-      if (last_in_pb)
-        issue_pv(pst, pb);
-      else
-        issue_pv(pst, pa);
-      wgmma_commit();
-    });
-    wgmma_wait<0>();
-    keep_in_registers(o);
-  }
-#else
-  for (int j = 0; j < ntiles; ++j) {
-    const int st = j % STAGES;
-    const uint32_t phase = (j / STAGES) & 1;
-    float alpha[2];
-
-    mbar_wait(&kbar[st], phase);
-    // the other warpgroup's S goes next (FA3_PINGPONG), while this one waits for its own
-    at_tensor_core([&] {
-      issue_s(st);
-      wgmma_commit();
-    });
-    wgmma_wait<0>();
-
-    softmax(j, alpha);
-    rescale_o(alpha);
-    pack_p();
-
-    mbar_wait(&vbar[st], phase);
-    wgmma_fence();
-    issue_pv(st, pa);
-    wgmma_commit();
-    wgmma_wait<0>();
-
-#if FA3_WS
-    if (lane == 0) mbar_arrive(&kfree[st]);  // this warp is done with stage st
-#else
-    __syncthreads();  // both warpgroups are done with stage st
-    if (tid == 0 && j + STAGES < ntiles) {
-      load_k(j + STAGES);
-      load_v(j + STAGES);
-    }
-#endif
-  }
-#endif
-
-  // O / l and the logsumexp: a row's sum is spread over its quad
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-  }
-  O += (size_t)row0 * D;
-  L += row0;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int qi = qrow + 8 * h;
-    if (qi >= S) continue;
-    const float inv = l[h] > 0.f ? 1.f / l[h] : 0.f;
-    __nv_bfloat16* orow = O + (size_t)qi * D;
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n)
-      *reinterpret_cast<uint32_t*>(orow + 8 * n + 2 * t) =
-          pack_bf16(o[4 * n + 2 * h] * inv, o[4 * n + 2 * h + 1] * inv);
-    if (t == 0) L[qi] = (m[h] + log2f(l[h])) * 0.6931471805599453f;
+  int n0 = 0;  // the ring's K and V tiles before this query tile's
+  for (int i = first, u = 0; i < total; i += stride, ++u) {
+    const Tile tl = tile_at(i, nq, S, causal);
+    compute_tile(tl, n0, u % QBUF, (u / QBUF) & 1);
+    n0 += tl.ntiles;
   }
 }
 
@@ -531,14 +588,14 @@ KB_DEVICE void body(int S, float scale, int causal, __nv_bfloat16* O, float* L,
     /* 128-byte swizzled tiles start on 1024 bytes (the launch asks for 1 KiB extra) */      \
     uint8_t* smem = reinterpret_cast<uint8_t*>(                                              \
         (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));                  \
-    /* Q; K full, V full; K free, V free (a stage each) */                                \
-    __shared__ __align__(8) uint64_t bars[1 + 4 * STAGES];                                   \
-    uint64_t *kbar = bars + 1, *vbar = kbar + STAGES;                                        \
-    uint64_t *kfree = vbar + STAGES, *vfree = kfree + STAGES;                                \
+    /* Q full, Q free (a buffer each); K full, V full; K free, V free (a stage each) */      \
+    __shared__ __align__(8) uint64_t bars[2 * fa3::QBUF + 4 * STAGES];                       \
+    uint64_t *qbar = bars, *qfree = qbar + fa3::QBUF, *kbar = qfree + fa3::QBUF;             \
+    uint64_t *vbar = kbar + STAGES, *kfree = vbar + STAGES, *vfree = kfree + STAGES;         \
     if (FA3_HEAD_DIM != 128 && D == 64)                                                      \
-      fa3::body<64>(S, scale, causal, O, L, &tmQ, &tmK, &tmV, smem, bars, kbar, vbar, kfree, \
-                    vfree);                                                                  \
+      fa3::body<64>(S, B * H, scale, causal, O, L, &tmQ, &tmK, &tmV, smem, qbar, qfree,      \
+                    kbar, vbar, kfree, vfree);                                               \
     else if (FA3_HEAD_DIM != 64 && D == 128)                                                 \
-      fa3::body<128>(S, scale, causal, O, L, &tmQ, &tmK, &tmV, smem, bars, kbar, vbar,      \
-                     kfree, vfree);                                                          \
+      fa3::body<128>(S, B * H, scale, causal, O, L, &tmQ, &tmK, &tmV, smem, qbar, qfree,     \
+                     kbar, vbar, kfree, vfree);                                              \
   }
