@@ -118,7 +118,7 @@ def test_study_loads_with_both_baselines_and_the_read_roof():
     ]
 
 
-TENSOR_CORE = ("w4_mma_dequant", "w4_mma_stream", "w4_mma_persistent")
+TENSOR_CORE = ("w4_mma_dequant", "w4_mma_stream", "w4_mma_persistent", "w4_cp_async_ring")
 
 
 @pytest.mark.parametrize("v", BUILT, ids=lambda v: v.id)
@@ -132,6 +132,9 @@ def test_launch_geometry_covers_every_row(v):
             assert 1 <= ks <= v.defines["MAX_KS"]
             assert ks == 1 or K_GROUPS_A_WARP * ks * 128 <= s["K"]
             assert L.smem == (2048 * ks if ks > 1 else 0)  # 4 tiles x 4 x 32 floats a warp
+        elif v.entry == "w4_cp_async_ring":  # a ring of RING 1 KB slots a warp
+            assert L.block == (32 * v.defines["WARPS"], 1, 1)
+            assert L.smem == v.defines["WARPS"] * v.defines["RING"] * 1024
         else:
             assert L.block == (32 * v.defines["WARPS"], 1, 1) and L.smem == 0
         if v.entry == "w4_mma_persistent":  # every block the same number of tiles, or one less
@@ -173,7 +176,11 @@ def test_kernels_compile_without_spills_and_convert_as_they_say(built, v):
     assert r.function == v.entry
     assert r.spill_store_bytes == 0 and r.spill_load_bytes == 0 and r.stack_bytes == 0, res.log
     ops = set(res.sass)
-    assert "LDG.E.EF.128" in ops, sorted(ops)  # W streamed: 16-byte ld.global.cs
+    if v.entry == "w4_cp_async_ring":  # W through shared memory: cp.async.cg, then LDS.128
+        assert {"LDGSTS.E.BYPASS.128", "LDS.128", "DEPBAR.LE"} <= ops, sorted(ops)
+        assert not any(op.startswith("LDG.E") and op.endswith(".128") for op in ops), sorted(ops)
+    else:
+        assert "LDG.E.EF.128" in ops, sorted(ops)  # W streamed: 16-byte ld.global.cs
     converts = {op for op in ops if op.startswith("I2F")}
     if v.entry in TENSOR_CORE:  # tensor cores; nibble pairs by LOP3 and a bf16x2 add
         assert "HMMA.16816.F32.BF16" in ops and "HADD2.BF16_V2" in ops, sorted(ops)
