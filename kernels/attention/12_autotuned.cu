@@ -14,6 +14,13 @@
 //
 // What ncu should show (the headline's winner): the computing warps' wait on the K and V
 // barriers (long scoreboard on SYNCS.PHASECHK) down where a deeper ring wins.
+// Measured (H200, `kernelbook bench` of all five candidates at the three shapes, 8510747):
+// BN = 128 with 2 or 3 stages are 11 to 0.1 % (668.2 and 668.1 TFLOP/s at the headline,
+// 572.4 and 571.2 causal, 407.2 and 406.2 at D = 64); every BN = 64 candidate is 19-23 %
+// slower at all three (529-542, 453-465, 331-335), a deeper ring changing nothing. The
+// per-tile costs that BN = 64 doubles (the max and sum shuffles, the barrier round trips,
+// a wgmma group of m64n64 instead of m64n128) outweigh its halved registers, and two stages
+// already keep TMA ahead. So the tuned step is 11 with a fan-out that confirms 11's tile.
 #define FA3_WS 1
 #define FA3_PINGPONG 1
 #define FA3_OVERLAP 1

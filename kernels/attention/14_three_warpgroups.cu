@@ -16,6 +16,15 @@
 // What ncu should show: tensor-pipe utilisation up at D = 64 against 11's and 12's; the
 // computing warps' named-barrier stall (waiting for their turn) larger than at two, the MUFU
 // busier.
+// Measured (H200, bench at 8510747, beside 11): 402.4 TFLOP/s at B8 H32 S2048 D64 against
+// 11's 407.6: slower. ncu at that shape (`kernelbook profile --size`): tensor pipe 43.5 %
+// active, the MUFU (XU pipe) 46.3 %, issue slots 56 %; stalls an issue: long scoreboard 0.66
+// (the warps' waits on the K and V barriers), dispatch 0.54, barrier 0.31 (the turns), MIO
+// throttle 0.26; 128 registers at launch (160 after setmaxnreg). Neither pipe is near full:
+// with BN = 64, the per-tile overheads of 12's BN = 64 candidates come back (twice the tiles,
+// each with its max, sum and barrier round trips), and a third warpgroup's turn makes each
+// wait for two others. The D = 64 target (450) is missed by 11-14 alike; what FlashAttention-3
+// does instead is 192 keys a tile with P through shared memory (no P registers to hold).
 #define FA3_WS 1
 #define FA3_PINGPONG 1
 #define FA3_OVERLAP 1
