@@ -24,8 +24,8 @@
 // well above 06's 46 %; the long-scoreboard stall giving way to the wait on the copies'
 // groups.
 // Measured (H200, `kernelbook bench w4a16 06_lop3_dequant 08_cp_async_ring`, 30d6618, side
-// by side): 1x128256x4096 95.3 us against 06's 98.7 (2846 against 2747 GB/s: +3.6 %, 2.59x
-// cuBLAS BF16's 247 us); 1x28672x4096 27.5 us against 27.3 (the same); 16x28672x4096
+// by side): 1x128256x4096 95.3 us against 06's 98.7 (2846 against 2747 GB/s: +3.6 %, 2.58x
+// cuBLAS BF16's 245.9 us beside it); 1x28672x4096 27.5 us against 27.3 (the same); 16x28672x4096
 // 56.2 us against 52.9 (6 % slower: half the slots a lane past 8 batch rows). The hypothesis
 // fails at 28672: 75 % more bytes in flight an SM bought nothing there, so 06's 46 % of DRAM
 // is not a shortage of loads in flight; what is left to look at is the launch's ramp and
