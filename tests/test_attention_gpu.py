@@ -40,6 +40,7 @@ VARIANTS = [
     "13_fma_exp2",
     "14_three_warpgroups",  # D = 64 only: its D = 128 sizes are skipped rows
     "15_persistent",
+    "16_persistent_fma_exp2",  # D = 64 only, as 14
 ]
 # small, both head sizes; odd S (not a multiple of any tile) and B*H > 1, causal and not
 SIZES = [
