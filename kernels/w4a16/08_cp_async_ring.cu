@@ -34,6 +34,7 @@
 // Sizes: any M, N; K a multiple of 128. Launch: grid (cdiv(N, 16)), block (32 * WARPS),
 // dynamic shared memory WARPS * RING * 1024 bytes, static WARPS * 4 * 4 * 32 floats.
 #define W4_FUSED_LOP3 1
+#include "../common/cp_async.cuh"
 #include "w4mma.cuh"
 
 #ifndef WARPS
@@ -44,35 +45,6 @@
 #endif
 #ifndef MIN_BLOCKS
 #define MIN_BLOCKS 4  // blocks an SM: 16 warps, at most 128 registers a thread (5 would spill)
-#endif
-
-#ifdef KERNELBOOK_EMU
-#include <cstring>
-#define RING_SMEM(name) uint4* name = reinterpret_cast<uint4*>(emu_dynamic_smem)
-__device__ __forceinline__ void copy16(uint4* dst, const uint4* src, bool ok)
-{
-  if (ok) std::memcpy(dst, src, 16);
-  else *dst = make_uint4(0, 0, 0, 0);
-}
-__device__ __forceinline__ void commit_copies() {}
-template <int N>
-__device__ __forceinline__ void wait_copies() {}
-#else
-#define RING_SMEM(name) extern __shared__ uint4 name[]
-// 16 bytes global -> shared through L2 only (cg), zeros where !ok
-__device__ __forceinline__ void copy16(uint4* dst, const uint4* src, bool ok)
-{
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
-                   static_cast<unsigned>(__cvta_generic_to_shared(dst))),
-               "l"(src), "r"(ok ? 16 : 0));
-}
-__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::); }
-// this thread's copies but the newest N groups have landed
-template <int N>
-__device__ __forceinline__ void wait_copies()
-{
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
 #endif
 
 typedef float Partials[WARPS][4][4][32];  // each warp's accumulators, lane-major
@@ -134,7 +106,7 @@ w4_cp_async_ring(int M, int N, int K, const __nv_bfloat16* __restrict__ x,
                  __nv_bfloat16* __restrict__ y)
 {
   __shared__ Partials part;
-  RING_SMEM(ring);
+  DYNAMIC_SMEM_U4(ring);
   const int n0 = blockIdx.x * 16;
   if (n0 >= N) return;  // the whole block
   // past 8 batch rows, passes of 16 (two n8 tiles), each group doing twice the mmas with half
