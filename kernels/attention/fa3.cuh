@@ -181,14 +181,14 @@ KB_DEVICE void load_halves(uint8_t* dst, const CUtensorMap* map, uint64_t* bar, 
   for (int h = 0; h < halves; ++h) tma_load(dst + h * rows * 128, map, bar, 64 * h, row);
 }
 
-// query tile i of cdiv(S, BM) * B * H: query block i % nq of (b, h) i / nq, from the last
-// block when causal (the last blocks have the most key tiles: they start first)
+// query block x of (b, h) bh, from the last block when causal (the last blocks have the most
+// key tiles: they start first)
 struct Tile {
   int q0, row0, ntiles;  // first query, the (b, h)'s first row in the tensor maps, key tiles
 };
-KB_DEVICE Tile tile_at(int i, int nq, int S, int causal) {
-  const int x = i % nq, qblock = causal ? nq - 1 - x : x;
-  Tile t{qblock * BM, (i / nq) * S, (S + BN - 1) / BN};
+KB_DEVICE Tile tile_of(int x, int bh, int nq, int S, int causal) {
+  const int qblock = causal ? nq - 1 - x : x;
+  Tile t{qblock * BM, bh * S, (S + BN - 1) / BN};
   if (causal) t.ntiles = min(t.ntiles, (t.q0 + BM + BN - 1) / BN);
   return t;
 }
@@ -202,11 +202,16 @@ KB_DEVICE void body(int S, int BH, float scale, int causal, __nv_bfloat16* O, fl
   constexpr int HALVES = SM::HALVES;
   const int tid = threadIdx.x, warp = (tid % 128) / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;
-  // the query tiles this block computes: one (blockIdx.x, blockIdx.y), or with
-  // FA3_PERSISTENT every gridDim.x-th from blockIdx.x
-  const int nq = (S + BM - 1) / BM, total = nq * BH;
-  const int first = FA3_PERSISTENT ? blockIdx.x : blockIdx.x + nq * blockIdx.y;
-  const int stride = FA3_PERSISTENT ? gridDim.x : total;
+  // the query tiles this block computes: with FA3_PERSISTENT every gridDim.x-th of the
+  // cdiv(S, BM) * B * H from blockIdx.x, tile i being query block i % nq of (b, h) i / nq;
+  // else one, query block blockIdx.x of (b, h) blockIdx.y
+  const int nq = (S + BM - 1) / BM;
+  const int first = FA3_PERSISTENT ? blockIdx.x : 0, total = FA3_PERSISTENT ? nq * BH : 1;
+  const int stride = FA3_PERSISTENT ? gridDim.x : 1;
+  auto tile_at = [&](int i) {
+    return FA3_PERSISTENT ? tile_of(i % nq, i / nq, nq, S, causal)
+                          : tile_of(blockIdx.x, blockIdx.y, nq, S, causal);
+  };
 
   uint8_t* sK = smem + QBUF * SM::Q_BYTES;
   uint8_t* sV = sK + STAGES * SM::KV_BYTES;
@@ -252,7 +257,7 @@ KB_DEVICE void body(int S, int BH, float scale, int causal, __nv_bfloat16* O, fl
     if (tid == 0) {
       int n = 0;  // K and V tiles into the ring so far
       for (int i = first, u = 0; i < total; i += stride, ++u) {
-        const Tile tl = tile_at(i, nq, S, causal);
+        const Tile tl = tile_at(i);
         // Q buffer u % QBUF last held query tile u - QBUF: wait until every warp is done
         if (u >= QBUF) mbar_wait(&qfree[u % QBUF], (u / QBUF - 1) & 1);
         load_q(u % QBUF, tl);
@@ -272,7 +277,7 @@ KB_DEVICE void body(int S, int BH, float scale, int causal, __nv_bfloat16* O, fl
   const int wg = tid / 128 - 1;  // this computing warpgroup's 64 query rows
 #else
   if (tid == 0) {  // one query tile a block: Q and the ring's first stages
-    const Tile tl = tile_at(first, nq, S, causal);
+    const Tile tl = tile_at(0);
     load_q(0, tl);
     for (int j = 0; j < STAGES && j < tl.ntiles; ++j) {
       load_k(j, tl.row0 + j * BN);
@@ -567,12 +572,16 @@ KB_DEVICE void body(int S, int BH, float scale, int causal, __nv_bfloat16* O, fl
 #if FA3_PINGPONG
   if (wg == CONSUMERS - 1) turn_pass(wg);  // warpgroup 0 goes first
 #endif
+#if FA3_PERSISTENT
   int n0 = 0;  // the ring's K and V tiles before this query tile's
   for (int i = first, u = 0; i < total; i += stride, ++u) {
-    const Tile tl = tile_at(i, nq, S, causal);
+    const Tile tl = tile_at(i);
     compute_tile(tl, n0, u % QBUF, (u / QBUF) & 1);
     n0 += tl.ntiles;
   }
+#else
+  compute_tile(tile_at(0), 0, 0, 0);  // the ring's counter a constant
+#endif
 }
 
 }  // namespace fa3
