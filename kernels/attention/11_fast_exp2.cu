@@ -24,9 +24,9 @@
 // published page. ex2.approx.ftz.bf16x2 is no way to double the MUFU's rate on sm_90: it
 // compiles to two MUFU.EX2.BF16.
 // Again at 8510747 (bench, beside 12-14): 668.1 TFLOP/s, 0.8228 ms against SDPA cuDNN's
-// 0.8128 ms (98.8 %: the issue's 100 % missed by 1.2 points); causal 572.8 (cuDNN 0.4740 ms
-// against 0.4799); D = 64 407.6 (cuDNN 0.5950 ms, 462.6 TFLOP/s: 88 %; the 450 target
-// missed, see 13 and 14 for the two attacks on it).
+// 0.8123 ms (98.7 %: the issue's 100 % missed by 1.3 points); causal 572.7 (cuDNN 0.4763 ms
+// against 0.4799); D = 64 407.6 (cuDNN 0.5956 ms, 461.5 TFLOP/s: 88.3 %; the 450 target
+// missed, see 13 and 14 for two attacks on it).
 #define FA3_WS 1
 #define FA3_PINGPONG 1
 #define FA3_OVERLAP 1

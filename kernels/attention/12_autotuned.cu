@@ -16,7 +16,7 @@
 // barriers (long scoreboard on SYNCS.PHASECHK) down where a deeper ring wins.
 // Measured (H200, `kernelbook bench` of all five candidates at the three shapes, 8510747):
 // BN = 128 with 2 or 3 stages are 11 to 0.1 % (668.2 and 668.1 TFLOP/s at the headline,
-// 572.4 and 571.2 causal, 407.2 and 406.2 at D = 64); every BN = 64 candidate is 19-23 %
+// 572.4 and 571.2 causal, 407.2 and 406.2 at D = 64); every BN = 64 candidate is 18-21 %
 // slower at all three (529-542, 453-465, 331-335), a deeper ring changing nothing. The
 // per-tile costs that BN = 64 doubles (the max and sum shuffles, the barrier round trips,
 // a wgmma group of m64n64 instead of m64n128) outweigh its halved registers, and two stages

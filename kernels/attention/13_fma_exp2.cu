@@ -18,7 +18,7 @@
 // instruction mix, FFMA and FADD up; at D = 64, the MUFU pipe's utilisation down and the
 // tensor pipe's up. At D = 128, where the MUFU has room, little change or a small loss.
 // Measured (H200, bench at 8510747, beside 11): D = 64 413.8 TFLOP/s against 11's 407.6
-// (+1.5 %, 0.6642 ms against cuDNN's 0.5949: still 89 % of it); at D = 128 635.4 against
+// (+1.5 %, 0.6642 ms against cuDNN's 0.5949: 89.6 % of it); at D = 128 635.4 against
 // 668.1 (-4.9 %), causal 547.8 against 572.8: there the MUFU had room, and the cubic's seven
 // FP32 instructions a pair cost issue slots the softmax under P·V did not have.
 #define FA3_WS 1

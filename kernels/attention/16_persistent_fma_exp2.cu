@@ -5,7 +5,8 @@
 // (FA3_HEAD_DIM = 64; the D = 128 sizes are skipped rows, 15 being the step there).
 //
 // Why it should help: the tables run at 30d6618 measured the two ideas apart at B8 H32 S2048
-// D64: 11 402.2 TFLOP/s, 13 (the cubic) 415.4, 15 (persistent) 432.9, cuDNN 462.6. They
+// D64: 11 402.2 TFLOP/s, 13 (the cubic) 415.4, 15 (persistent) 432.9, cuDNN 464.9 (0.5913
+// ms, beside 15). They
 // attack different losses: 15 the gap between one query tile's end and the next one's start
 // on an SM, 13 the MUFU, which at D = 64 is as busy as the tensor core (a 64 x 128 tile's
 // 8192 exp2 are 512 MUFU cycles of a sub-partition against 1024 tensor-core cycles for both
