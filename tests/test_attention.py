@@ -436,3 +436,27 @@ def test_the_three_warpgroup_step_is_for_head_size_64_only(study):
     (L,) = v.launches(d64)
     assert L.grid == (11, 256, 1) and L.block == (512, 1, 1)
     assert L.smem == (192 + 2 * 4 * 64) * 64 * 2 + 1024
+
+
+def test_the_persistent_steps_take_an_sm_a_block_where_tiles_are_equal(study):
+    """15 and 16: non-causal, one block an SM (the device's SM count) over every query tile,
+    and two Q buffers in shared memory; causal (unequal tiles), one block a tile in a 1-D
+    grid, the hardware's scheduler balancing them. 16 runs at D = 64 only."""
+    st, _ = study
+    head = {"B": 4, "H": 16, "S": 4096, "D": 128, "causal": 0}
+    d64 = {"B": 8, "H": 32, "S": 2048, "D": 64, "causal": 0}
+    small = {"B": 1, "H": 2, "S": 256, "D": 64, "causal": 0}  # 4 tiles: fewer than the SMs
+    v = st.variant("15_persistent")
+    for sm_count in (132, 78):
+        (L,) = v.launches(head, sm_count=sm_count)
+        assert L.grid == (sm_count, 1, 1) and L.block == (384, 1, 1)
+    (L,) = v.launches({**head, "causal": 1}, sm_count=132)
+    assert L.grid == (32 * 4 * 16, 1, 1)  # cdiv(S, 128) query blocks of each (b, h)
+    (L,) = v.launches(small, sm_count=132)
+    assert L.grid == (4, 1, 1)
+    (L,) = v.launches(head, sm_count=132)
+    assert L.smem == (2 * 128 + 2 * 2 * 128) * 128 * 2 + 1024  # two Q buffers, a 2-stage ring
+    w = st.variant("16_persistent_fma_exp2")
+    assert w.unmet(head) == ["D == 64"] and w.unmet(d64) == []
+    (L,) = w.launches(d64, sm_count=132)
+    assert L.grid == (132, 1, 1) and L.smem == (2 * 128 + 2 * 2 * 128) * 64 * 2 + 1024
