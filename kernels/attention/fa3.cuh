@@ -85,7 +85,7 @@ namespace fa3 {
 constexpr int CONSUMERS = BM / 64;                 // warpgroups that compute, 64 rows each
 constexpr int NT = (CONSUMERS + FA3_WS) * 128;     // + the producer warpgroup (FA3_WS)
 static_assert(BM % 64 == 0 && BM <= 256, "one warpgroup per 64 query rows");
-static_assert(BN % 16 == 0 && BN <= 256, "S tile: wgmma m64nBN, 16 keys a P·V slice");
+static_assert(BN == 64 || BN == 128, "S tile: wgmma m64n64 or m64n128");
 static_assert(STAGES >= 1 && STAGES <= 4, "K/V ring");
 static_assert(!FA3_PINGPONG || (FA3_WS && (CONSUMERS == 2 || CONSUMERS == 3)),
               "ping-pong: two or three computing warpgroups, taking turns round");

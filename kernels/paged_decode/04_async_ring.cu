@@ -75,7 +75,7 @@ paged_async_ring(int B, int L, int max_pages, const int* __restrict__ lens,
   int t0, t1;
   split_range(L, lens, ws, t0, t1);
 
-  RING(ring);
+  DYNAMIC_SMEM_U4(ring);
   uint4* const mine = ring + (size_t)warp * NS * CHUNKS;  // this warp's NS stages
   const int* const row = table + (size_t)b * max_pages;
   const int first = t0 / P + warp;  // this warp's pages: first, first + WARPS, ...

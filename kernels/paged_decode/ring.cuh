@@ -12,8 +12,6 @@
 #endif
 #define CHUNKS (2 * P * D / 8)  // 16-byte chunks of a page's keys and values: 512
 
-#define RING(name) DYNAMIC_SMEM_U4(name)
-
 // A warp's pages first, first + step, ... (up to token t1; P tokens a page, paged.cuh) through
 // NS_ stages of STAGE_ 16-byte chunks at `base`: the constructor starts the first NS_ - 1
 // copies; current() starts the copy NS_ - 1 pages ahead (its block-table entry loaded a page

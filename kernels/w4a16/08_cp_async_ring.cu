@@ -68,7 +68,7 @@ __device__ __forceinline__ void w4_ring_tile(Partials& part, uint4* ring, int M,
   const int cnt = groups > warp ? (groups - warp + WARPS - 1) / WARPS : 0;
   float sa[R], sb[R];
   // group i into slot i % R (and its scales), or, past the warp's groups, nothing; either
-  // way one commit group, so that wait_copies<R - 2> always means group i - RING + 2
+  // way one commit group, so that wait_copies<R - 1> after group i + R - 1's means group i
   auto issue = [&](int i, int slot) {
     const int gi = warp + i * WARPS;
     const bool in = i < cnt;
@@ -95,8 +95,9 @@ __device__ __forceinline__ void w4_ring_tile(Partials& part, uint4* ring, int M,
       w4_group_mma<MT>(acc, qa, qb, sa[d], sb[d], warp + i * WARPS, M, K, m0, x);
     }
   }
-  wait_copies<0>();  // what is left in flight is zero-fills past the warp's groups
-  __syncwarp();      // before another pass over W (M > 32) copies into the ring again
+  // what is left in flight is zero-fills past the warp's groups: landed before another pass
+  // over W (M > 16) copies into the same slots (each lane's own)
+  wait_copies<0>();
   sum_warps_store<WARPS, MT>(part, acc, M, N, m0, n0, y);
 }
 
@@ -110,7 +111,7 @@ w4_cp_async_ring(int M, int N, int K, const __nv_bfloat16* __restrict__ x,
   const int n0 = blockIdx.x * 16;
   if (n0 >= N) return;  // the whole block
   // past 8 batch rows, passes of 16 (two n8 tiles), each group doing twice the mmas with half
-  // the slots in flight (four tiles a pass, with the first pass's, would spill at 96 registers)
+  // the slots in flight (four tiles a pass, beside the one-tile pass, spill at 128 registers)
   if (M <= 8) w4_ring_tile<1, RING>(part, ring, M, N, K, 0, n0, x, Wq, S, y);
   else
     for (int m0 = 0; m0 < M; m0 += 16)
