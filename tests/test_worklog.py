@@ -77,6 +77,8 @@ def trim_study(root: Path, keep=FIXTURE_VARIANTS) -> None:
     path = root / "config" / "studies" / f"{STUDY}.yaml"
     data = yaml.safe_load(path.read_text())
     data["variants"] = [v for v in data["variants"] if v["id"] in keep]
+    # and the targets held against a variant left out
+    data["targets"] = [t for t in data.get("targets", []) if t.get("variant", keep[0]) in keep]
     path.write_text(yaml.safe_dump(data, sort_keys=False))
 
 

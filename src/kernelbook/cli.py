@@ -252,7 +252,7 @@ def cmd_publish(args) -> int:
 def cmd_render(args) -> int:
     from kernelbook.report import publish
 
-    return publish.render_pairs(args.worklogs, args.pairs, args.configfile)
+    return publish.render_pairs(args.worklogs, args.pairs, args.configfile, args.study_config)
 
 
 def cmd_index(args) -> int:
@@ -462,6 +462,13 @@ def parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("render", help="render published pages again from their data/")
     s.add_argument("--worklogs", default="worklogs")
+    s.add_argument(
+        "--study-config",
+        action="store_true",
+        help="write each page's data/study.json again from the current config first (its "
+        "targets, question, variants' texts); refused for a study `kernelbook check` reports "
+        "stale",
+    )
     s.add_argument("pairs", nargs="+", metavar="GPU/STUDY")
     s.set_defaults(fn=cmd_render)
 

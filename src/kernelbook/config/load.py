@@ -117,6 +117,7 @@ def load_study(path: Path, settings: dict, root: Path) -> Study:
         )
         if second not in sizes:
             raise ConfigError(f"{shown}: second_headline {second} is not one of the study's sizes")
+    targets = _targets(raw, shown, problem, sizes, headline, baselines)
     timing = {**settings["timing"], **raw.get("timing", {})}
     sub = schema("config")["properties"]["timing"]
     try:
@@ -177,6 +178,7 @@ def load_study(path: Path, settings: dict, root: Path) -> Study:
         extra_baselines=tuple(baselines[1:]),
         headline=headline,
         second_headline=second,
+        targets=targets,
         figure_of_merit=fom,
         bandwidth_reference=raw.get("bandwidth_reference", "copy"),
         tolerance=raw.get("tolerance"),
@@ -465,3 +467,43 @@ def _variant(study, vraw, settings, root, problem, params, sizes, where):
         **common,
     )
     return parent, cands
+
+
+def _targets(raw, shown, problem, sizes, headline, baselines) -> tuple[dict, ...]:
+    """The study's ``targets``, each with its size completed (default: the headline) and its
+    metric and variant checked against the study."""
+    out = []
+    variant_ids = {v["id"] for v in raw["variants"]}
+    metrics = {"tflops", "gbps", "pct_of_baseline", "pct_of_copy"}
+    metrics |= {f"pct_of_{b}" for b in baselines[1:]}
+    for i, t in enumerate(raw.get("targets", [])):
+        where = f"{shown}: targets[{i}]"
+        if t["metric"] not in metrics:
+            raise ConfigError(
+                f"{where}: metric {t['metric']!r} is not one this study measures "
+                f"(one of {', '.join(sorted(metrics))})"
+            )
+        if "size" in t:
+            size = _complete_size(
+                t["size"], problem.size_names, f"{where}: size", problem.zero_sizes
+            )
+            if size not in sizes:
+                raise ConfigError(f"{where}: size {size} is not one of the study's sizes")
+        elif headline is not None:
+            size = headline
+        else:
+            raise ConfigError(f"{where}: no size, and the study has no headline to default to")
+        if "variant" in t and t["variant"] not in variant_ids:
+            raise ConfigError(
+                f"{where}: variant {t['variant']!r} is not one of the study's variants"
+            )
+        out.append(
+            {
+                "metric": t["metric"],
+                "min": float(t["min"]),
+                "size": size,
+                "variant": t.get("variant"),
+                "says": t.get("says", ""),
+            }
+        )
+    return tuple(out)

@@ -204,6 +204,8 @@ class Study:
     # baselines timed beside the first (``baseline: [a, b, ...]``): extra columns, lines
     extra_baselines: tuple[str, ...] = ()
     second_headline: dict[str, int] | None = None  # a second size the ladder is drawn at
+    # what the study sets out to reach: {metric, min, size, variant (or None), says}
+    targets: tuple[dict[str, Any], ...] = ()
     figure_of_merit: str = "tflops"  # the study's, else its problem's: tflops or gbps
     # a gbps study's same-bytes reference, timed beside each variant: copy or read
     bandwidth_reference: str = "copy"

@@ -201,9 +201,23 @@ def headline_size(data: StudyData) -> str:
 
 def headline_rows(data: StudyData) -> pd.DataFrame:
     """One row per ladder variant measured at the headline size (index: variant)."""
+    return rows_at(data, headline_size(data))
+
+
+def rows_at(data: StudyData, size: str) -> pd.DataFrame:
+    """One row per ladder variant measured at ``size`` (index: variant)."""
     rows = main_rows(data)
-    rows = rows[rows["size"] == headline_size(data)]
+    rows = rows[rows["size"] == size]
     return rows.drop_duplicates("variant", keep="last").set_index("variant", drop=False)
+
+
+def second_size(data: StudyData) -> str | None:
+    """The study's second headline size (config ``second_headline``) where rows were measured
+    at it and it is not the headline; else None."""
+    s = data.meta.get("second_headline")
+    if not s or s == headline_size(data) or s not in set(main_rows(data)["size"]):
+        return None
+    return s
 
 
 def ladder_sass(data: StudyData) -> pd.DataFrame | None:
@@ -353,13 +367,16 @@ def metric_table(data: StudyData) -> tuple[pd.DataFrame | None, str | None, str]
     return None, None, ""
 
 
-def metric_deltas(data: StudyData, prev: str, cur: str, top: int = 6) -> tuple[list, str | None]:
-    """The metrics that changed most (by ratio) from ``prev`` to ``cur``, with their values."""
+def metric_deltas(
+    data: StudyData, prev: str, cur: str, top: int = 6, at: str | None = None
+) -> tuple[list, str | None]:
+    """The metrics that changed most (by ratio) from ``prev`` to ``cur``, with their values;
+    ``at``: the profiled size to compare at (default: profile_size's)."""
     frames = []
-    size = None
+    size = at
     roof = data.table("roofline")
     if roof is not None:
-        size = profile_size(data, roof)
+        size = at or profile_size(data, roof)
         sub = (
             roof[roof["size"] == size].drop_duplicates("variant", keep="last").set_index("variant")
         )

@@ -111,7 +111,8 @@ def ladder(
     )
     if refs:
         caption += " Grey markers: published numbers from other GPUs, for orientation."
-    return save(fig, outdir, name, f"% of {baseline_label} per variant", caption)
+    title = f"% of {baseline_label} per variant" + ("" if name == "ladder" else f" at {size_label}")
+    return save(fig, outdir, name, title, caption)
 
 
 # ------------------------------------------------------------------------------------------

@@ -7,14 +7,28 @@ from pathlib import Path
 
 from kernelbook import runlog
 from kernelbook.layout import DATA_TABLES, WORKLOGS, index_page, published, published_paths
-from kernelbook.report import data
+from kernelbook.report import data, targets
 from kernelbook.report.data import copy_word
 from kernelbook.report.markdown import fmt, isnull, md_table
 
 
 def study_summary(worklogs: str | Path, gpu: str, study: str) -> dict:
     p = published_paths(worklogs, gpu, study)
-    return data.summary(data.load({k: p[k] for k in (*DATA_TABLES, "meta")}, mode="replay"))
+    d = data.load({k: p[k] for k in (*DATA_TABLES, "meta")}, mode="replay")
+    return {**data.summary(d), "targets": targets.evaluate(d)}
+
+
+def targets_cell(found: list[dict]) -> str:
+    """'3 of 4 met' (the missed ones named by size and metric), or a dash without targets."""
+    if not found:
+        return "—"
+    met = sum(t["verdict"] == "met" for t in found)
+    cell = f"{met} of {len(found)} met"
+    if met < len(found):
+        missed = [f"{t['metric']} >= {fmt(t['min'])} at {t['size']}" for t in found]
+        missed = [m for m, t in zip(missed, found, strict=True) if t["verdict"] != "met"]
+        cell += f" (not: {'; '.join(missed)})"
+    return cell
 
 
 def index(worklogs: str | Path = WORKLOGS) -> str:
@@ -83,6 +97,7 @@ def index(worklogs: str | Path = WORKLOGS) -> str:
                 fmt(b.get("pct_of_copy")) if not isnull(b.get("pct_of_copy")) else "—",
                 f"{fmt(b.get(fom))} / {fmt(b.get('baseline_' + fom))}",
                 str(sm["variants"]),
+                targets_cell(sm["targets"]),
                 dates,
                 f"[page]({g}/{s}/README.md) · [html]({g}/{s}/worklog.html) · [data]({g}/{s}/data/)",
             ]
@@ -98,11 +113,12 @@ def index(worklogs: str | Path = WORKLOGS) -> str:
                 "% of copy",
                 "best / baseline TFLOP/s (GB/s)",
                 "variants",
+                "targets",
                 "measured",
                 "links",
             ],
             rows,
-            "llllrrrrll",
+            "llllrrrrlll",
         )
     )
     return "\n".join(lines) + "\n"

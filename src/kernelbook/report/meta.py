@@ -95,6 +95,7 @@ def study_meta(study, root: str | Path) -> dict:
             problem.label(study.second_headline) if study.second_headline else None
         ),
         "references": [dict(r) for r in study.references],
+        "targets": [{**t, "size": problem.label(t["size"])} for t in study.targets],
         "variants": variants,
     }
 
@@ -118,8 +119,10 @@ def spec_hash(study) -> str:
             "title": study.title,
             "question": study.question,
             "headline": study.headline,
+            "second_headline": study.second_headline,
             "sizes": study.sizes,
             "references": study.references,
+            "targets": study.targets,
             "variants": [
                 {**v.spec(), "id": v.id, "says": v.says, "claims": v.claims, "predict": v.predict}
                 for v in (*study.variants, *study.candidates)

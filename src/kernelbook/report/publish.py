@@ -132,6 +132,31 @@ def render_results(results, gpu: str, study: str, configfile="config/config.yaml
     return paths["md"]
 
 
+def refresh_meta(worklogs, gpu: str, study: str, configfile="config/config.yaml") -> Path:
+    """Write a published study's data/study.json again from the current config (its title,
+    question, targets, variants' texts), so that its page shows them without measuring again.
+    Refused while the study is stale: the page's numbers must be of the kernels it names."""
+    from kernelbook import config as cfg
+    from kernelbook.report import meta, stale
+
+    p = published_paths(worklogs, gpu, study)
+    if not p["measurements"].is_file():
+        raise PublishError(f"cannot render {gpu}/{study}: {p['measurements']} not found")
+    project = cfg.load_project_file(configfile)
+    found = stale.study_for(project, study)
+    if found is None:
+        raise PublishError(f"{gpu}/{study}: no study file for it in this project")
+    changed = json.loads(stale.changes_json(project, worklogs, gpu, study))
+    if changed:
+        what = "; ".join(f"{c['variant']}: {c['change']}" for c in changed)
+        raise PublishError(
+            f"{gpu}/{study} is stale ({what}): its study.json is not rewritten from the current "
+            "config; measure it again (snakemake tables) and publish"
+        )
+    meta.write_meta(found, project.root, p["meta"])
+    return p["meta"]
+
+
 def render_published(worklogs, gpu: str, study: str, analysis="analysis", out=None) -> Path:
     """Render a published page again from its data/ with the current code, in place (or
     into ``out``): README.md, worklog.html and figures/. Returns the page."""
@@ -195,13 +220,19 @@ def split_pair(pair: str) -> tuple[str, str]:
 
 
 def render_pairs(
-    worklogs: str | Path, pairs: list[str], configfile: str | Path = "config/config.yaml"
+    worklogs: str | Path,
+    pairs: list[str],
+    configfile: str | Path = "config/config.yaml",
+    study_config: bool = False,
 ) -> int:
-    """Render each published GPU/STUDY of ``pairs`` again from its data/, in place."""
+    """Render each published GPU/STUDY of ``pairs`` again from its data/, in place; with
+    ``study_config``, its data/study.json is written again from the current config first."""
     analysis = Path(configfile).resolve().parent.parent / "analysis"
     try:
         for pair in pairs:
             gpu, study = split_pair(pair)
+            if study_config:
+                refresh_meta(worklogs, gpu, study, configfile)
             page = render_published(worklogs, gpu, study, analysis)
             print(f"kernelbook publish: {gpu}/{study} rendered again: {page}")
     except PublishError as e:

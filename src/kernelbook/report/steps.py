@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from kernelbook import tables
 from kernelbook.report import claims, compare
 from kernelbook.report.data import (
     StudyData,
@@ -38,20 +39,26 @@ def interval(got: dict | None, what: str, scale: float = 1.0) -> str:
     return f"[{fmt(lo * scale)}, {fmt(hi * scale)}]"
 
 
-def ladder_table(data, order, head, base, unit, fom, cis=None) -> str:
+def ladder_table(data, order, head, base, unit, fom, cis=None, predicted=True) -> str:
+    """The ladder's table at one size (head: its rows); ``predicted``: show the config's
+    predictions (written for the headline size)."""
     # bandwidth studies also show the variant against a device copy of the same bytes
     copy = fom == "gbps" and "pct_of_copy" in head
     if cis is None:
         against = claims.named(data, order)
         cis = compare.ladder_intervals(head, order, data.table("samples"), against)
+    # a study with several baselines: each variant as a % of the others too, timed in its job
+    others = tables.extra_baseline_names(head)
+    wide = tables.extra_baseline_columns(head).set_index("variant", drop=False) if others else None
     rows = []
     prev_ms = None
     for v in order:
         info = variant_info(data, v)
-        pred = (info.get("predict") or {}).get("pct_of_baseline")
+        pred = (info.get("predict") or {}).get("pct_of_baseline") if predicted else None
         if v not in head.index:
             rows.append(
                 [v, "not measured", DASH, DASH, DASH, DASH, *([DASH] * 2 if copy else [])]
+                + [DASH] * len(others)
                 + [fmt(pred), DASH, DASH, DASH, DASH]
             )
             continue
@@ -68,6 +75,7 @@ def ladder_table(data, order, head, base, unit, fom, cis=None) -> str:
                 fmt(r["pct_of_baseline"]),
                 interval(got, "baseline", 100.0),
                 *([fmt(r.get("pct_of_copy")), interval(got, "copy", 100.0)] if copy else []),
+                *(fmt(wide.loc[v].get(f"pct_of_{n}")) for n in others),
                 fmt(pred),
                 step,
                 interval(got, "previous"),
@@ -80,12 +88,22 @@ def ladder_table(data, order, head, base, unit, fom, cis=None) -> str:
     heads = ["variant", "status", "median ms", unit, f"% of {base}", "interval"]
     word = copy_word(head)  # the same bytes copied, or read (bandwidth_reference)
     heads += [f"% of {word}", f"{word} interval"] if copy else []
+    heads += [f"% of {n}" for n in others]
     heads += ["predicted %", "x previous", "previous interval", "vs previous", f"vs {base}"]
+    if not predicted:
+        i = heads.index("predicted %")
+        heads.pop(i)
+        rows = [r[:i] + r[i + 1 :] for r in rows]
     return md_table(heads, rows, "ll" + "r" * (len(heads) - 4) + "ll")
 
 
-def variant_section(data, v, prev, head, base, unit, fom, cis=None, checks=()) -> list[str]:
-    """One step's section; ``checks``: the study's claim checks (kernelbook.report.claims)."""
+def variant_section(
+    data, v, prev, head, base, unit, fom, cis=None, checks=(), second=None
+) -> list[str]:
+    """One step's section; ``checks``: the study's claim checks (kernelbook.report.claims);
+    ``second``: (size, rows, intervals) at the study's second headline size, for a line of
+    the step's measurement there, and its profile there (against the step before it there)
+    where the headline has none."""
     info = variant_info(data, v)
     ci = (cis or {}).get(v)
     L = [f"### {v}", ""]
@@ -181,21 +199,55 @@ def variant_section(data, v, prev, head, base, unit, fom, cis=None, checks=()) -
         if r.get("variant_kind") == "tuned" and not isnull(r.get("tune_point")):
             line += f". Winner here: {point_label(r['tune_point'])}"
         L += [line + ".", ""]
-    if prev is not None:
-        deltas, psize = metric_deltas(data, prev, v)
-        if deltas:
-            L += [f"**Profiler, against {prev}** (at {psize}; largest changes by ratio):", ""]
-            L.append(
-                md_table(
-                    ["metric", prev, v, "ratio"],
-                    [[esc(n), fmt(a), fmt(b), fmt(q, 3) + "x"] for n, a, b, q in deltas],
-                    "lrrr",
-                )
+    if second is not None:
+        L += _second_line(v, second, base, unit, fom)
+    deltas, psize = metric_deltas(data, prev, v) if prev is not None else ([], None)
+    prev2 = ((second[2] if second else {}).get(v) or {}).get("prev")
+    if not deltas and prev2 is not None:
+        prev = prev2  # e.g. a step that runs at the second size only
+        deltas, psize = metric_deltas(data, prev, v, at=second[0])
+    if prev is not None and deltas:
+        L += [f"**Profiler, against {prev}** (at {psize}; largest changes by ratio):", ""]
+        L.append(
+            md_table(
+                ["metric", prev, v, "ratio"],
+                [[esc(n), fmt(a), fmt(b), fmt(q, 3) + "x"] for n, a, b, q in deltas],
+                "lrrr",
             )
-            L.append("")
+        )
+        L.append("")
     L += _resources(data, v, r)
     L += _sanitizer(data, v, r)
     return L
+
+
+def _second_line(v: str, second, base: str, unit: str, fom: str) -> list[str]:
+    """The step at the study's second headline size, one line."""
+    size, rows, cis = second
+    if v not in rows.index:
+        return [f"**At {size}.** Not measured.", ""]
+    r = rows.loc[v]
+    if r["status"] != "ok":
+        return [f"**At {size}.** {r['status']}: {esc(r.get('reason'))}", ""]
+    ci = cis.get(v)
+    line = (
+        f"**At {size}.** median {fmt(r['median_ms'])} ms, {fmt(r.get(fom))} {unit}, "
+        f"**{fmt(r['pct_of_baseline'])} % of {base}** "
+        f"(interval {interval(ci, 'baseline', 100.0)} %)"
+    )
+    wide = tables.extra_baseline_columns(rows.loc[[v]]).iloc[0]
+    for n in tables.extra_baseline_names(rows.loc[[v]]):
+        if not isnull(wide.get(f"pct_of_{n}")):
+            line += f", {fmt(wide[f'pct_of_{n}'])} % of {n} ({fmt(wide.get(f'{n}_{fom}'))} {unit})"
+    if ci and ci.get("prev"):
+        p_ms = as_float(rows.loc[ci["prev"], "median_ms"])
+        line += (
+            f"; {fmt(p_ms / float(r['median_ms']), 3)}x the speed of {ci['prev']} "
+            f"(interval {interval(ci, 'previous')}: {ci['vs_previous']})"
+        )
+    if is_true(r.get("throttled")):
+        line += f". **Measured while THROTTLED** ({esc(r.get('throttle_reasons'))})"
+    return [line + ".", ""]
 
 
 def _build_row(data: StudyData, v: str, r) -> pd.Series | None:

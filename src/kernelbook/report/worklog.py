@@ -19,7 +19,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from kernelbook.report import claims, compare, diagnostics, figures, plot, quality
+from kernelbook.report import (
+    claims,
+    compare,
+    diagnostics,
+    figures,
+    plot,
+    quality,
+    targets,
+)
 from kernelbook.report.data import (
     StudyData,
     baseline_label,
@@ -34,6 +42,8 @@ from kernelbook.report.data import (
     metric_table,
     problem_attr,
     profile_size,
+    rows_at,
+    second_size,
     sizes_by_flop,
     summary,
 )
@@ -200,6 +210,29 @@ def figure_md(f: plot.Figure, prefix: str = "figures") -> str:
     return f"{link}\n\n*{f.caption}*" if f.caption else link
 
 
+def second_ladder_lines(data, order, second, base, unit, fom, fig, prefix) -> list[str]:
+    """The ladder at the study's second headline size: its best step, figure and table."""
+    size2, head2, cis2 = second
+    ok = head2[(head2["status"] == "ok") & head2["pct_of_baseline"].notna()]
+    L = [f"## The ladder at {size2}", ""]
+    if not ok.empty:
+        best = ok.loc[ok["pct_of_baseline"].astype(float).idxmax()]
+        ci = cis2.get(best["variant"])
+        L += [
+            f"**Best at {size2}: {best['variant']}**, {fmt(best.get(fom))} {unit}, "
+            f"**{fmt(best['pct_of_baseline'])} % of {base}** ({fmt(best.get(f'baseline_{fom}'))} "
+            f"{unit}; interval {ci_text(ci, 'baseline', 100)} %"
+            + (f", {ci['vs_baseline']}" if ci else "")
+            + ").",
+            "",
+        ]
+        L += extra_baselines_lines(head2, best["variant"], fom, unit)
+    if fig is not None:
+        L += [figure_md(fig, prefix), ""]
+    L += [ladder_table(data, order, head2, base, unit, fom, cis2, predicted=False), ""]
+    return L
+
+
 def render_markdown(
     data: StudyData,
     figs: list[plot.Figure],
@@ -266,7 +299,7 @@ def render_markdown(
 
     L.append("## Read this first")
     L.append("")
-    notes = attention(data, stale) + claims.notes(checks, size)
+    notes = attention(data, stale) + targets.notes(data, base) + claims.notes(checks, size)
     if notes:
         L += [f"- {n}" for n in notes]
     else:
@@ -286,17 +319,28 @@ def render_markdown(
     L.append(compare.method_note(data.table("samples")))
     L.append("")
 
+    second = None
+    if size2 := second_size(data):
+        head2 = rows_at(data, size2)
+        cis2 = compare.ladder_intervals(head2, order, data.table("samples"))
+        second = (size2, head2, cis2)
+        L += second_ladder_lines(
+            data, order, second, base, unit, fom, byname.get(f"ladder_{size2}"), figures_prefix
+        )
+
+    L += targets.section_lines(data, base)
     L += quality.spread_section(data.measurements, base, fmt)
 
     L.append("## Step by step")
     L.append("")
     prev = None
     for v in order:
-        L += variant_section(data, v, prev, head, base, unit, fom, cis, checks)
+        L += variant_section(data, v, prev, head, base, unit, fom, cis, checks, second)
         if v in head.index and head.loc[v, "status"] == "ok":
             prev = v
 
-    others = [f for f in figs if f.name != "ladder"]
+    # the ladders are drawn in their own sections
+    others = [f for f in figs if f.name != "ladder" and not f.name.startswith("ladder_")]
     if others:
         L.append("## Figures")
         L.append("")

@@ -1,0 +1,159 @@
+"""The study's targets (config ``targets``) held against its measurements: met or missed, and
+for a missed one what Nsight Compute saw of the variant that came closest, at that size."""
+
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+
+from kernelbook import tables
+from kernelbook.report.data import StudyData, copy_word, main_rows
+from kernelbook.report.markdown import DASH, as_float, esc, fmt, md_table
+
+# What a page quotes of a profile: how busy the issue slots, the pipes and DRAM were
+BUSY = (
+    ("issue slots", "sm__issue_active.avg.pct_of_peak_sustained_elapsed"),
+    ("tensor pipe", "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed"),
+    ("FMA pipe", "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_elapsed"),
+    ("ALU pipe", "sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_elapsed"),
+    ("XU pipe (MUFU)", "sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_elapsed"),
+    ("LSU pipe", "sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_elapsed"),
+    ("DRAM", "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"),
+)
+STALL = re.compile(r"^smsp__average_warps_issue_stalled_(\w+)_per_issue_active\.ratio$")
+# a warp that issued, or was ready and not picked, is not waiting on anything
+NOT_A_WAIT = {"selected", "not_selected"}
+
+
+def metric_label(metric: str, base: str, copy: str = "copy") -> str:
+    """How the page names a target's metric (``copy``: the same-bytes reference, copy or
+    read)."""
+    if metric == "pct_of_baseline":
+        return f"% of {base}"
+    if metric == "pct_of_copy":
+        return f"% of {copy}"
+    if metric.startswith("pct_of_"):
+        return f"% of {metric[len('pct_of_') :]}"
+    return {"tflops": "TFLOP/s", "gbps": "GB/s"}.get(metric, metric)
+
+
+def evaluate(data: StudyData) -> list[dict]:
+    """Each target with the variant held against it, its measured value and the verdict
+    (met, missed, or not measured)."""
+    rows = tables.extra_baseline_columns(main_rows(data))
+    out = []
+    for t in data.meta.get("targets") or []:
+        at = rows[(rows["size"] == t["size"]) & (rows["status"] == "ok")]
+        if t.get("variant"):
+            at = at[at["variant"] == t["variant"]]
+        metric = t["metric"]
+        vals = pd.to_numeric(at[metric], errors="coerce") if metric in at else pd.Series()
+        got = {**t, "value": None, "held": None, "verdict": "not measured"}
+        if vals.notna().any():
+            i = vals.idxmax()
+            got.update(value=float(vals[i]), held=at.loc[i, "variant"])
+            got["verdict"] = "met" if got["value"] >= float(t["min"]) else "missed"
+        elif t.get("variant"):
+            got["held"] = t["variant"]
+        out.append(got)
+    return out
+
+
+def profile_digest(data: StudyData, variant: str, size: str) -> str | None:
+    """What ncu saw of ``variant`` at ``size``: how busy the issue slots, pipes and DRAM were,
+    and its largest stall reasons (warps an issue); None where it was not profiled there."""
+    prof = data.table("profile")
+    if prof is None or prof.empty:
+        return None
+    sub = prof[(prof["variant"] == variant) & (prof["size"] == size)]
+    if sub.empty:
+        return None
+    val = dict(zip(sub["metric"], pd.to_numeric(sub["value"], errors="coerce"), strict=False))
+    busy = [f"{name} {fmt(val[m], 3)} %" for name, m in BUSY if as_float(val.get(m)) is not None]
+    stalls = {
+        STALL.match(m)[1]: v
+        for m, v in val.items()
+        if STALL.match(m) and STALL.match(m)[1] not in NOT_A_WAIT and as_float(v)
+    }
+    top = sorted(stalls.items(), key=lambda kv: -kv[1])[:4]
+    parts = []
+    if busy:
+        parts.append("busy: " + ", ".join(busy))
+    if top:
+        parts.append(
+            "largest stalls (warps an issue): "
+            + ", ".join(f"{k.replace('_', ' ')} {fmt(v, 3)}" for k, v in top)
+        )
+    return "; ".join(parts) if parts else None
+
+
+def section_lines(data: StudyData, base: str) -> list[str]:
+    """The page's "Targets" section: a table of every target, then what the profile shows
+    where one is missed."""
+    found = evaluate(data)
+    if not found:
+        return []
+    word = copy_word(main_rows(data))
+    rows = []
+    for t in found:
+        rows.append(
+            [
+                t["size"],
+                metric_label(t["metric"], base, word),
+                f">= {fmt(t['min'])}",
+                t["held"] or DASH,
+                fmt(t["value"]) if t["value"] is not None else DASH,
+                f"**{t['verdict']}**" if t["verdict"] != "met" else "met",
+                esc(t.get("says") or ""),
+            ]
+        )
+    L = ["## Targets", ""]
+    L.append(
+        "What the study set out to reach (the config's `targets`), each held against the best "
+        "variant at its size unless it names one."
+    )
+    L.append("")
+    L.append(
+        md_table(
+            ["size", "metric", "target", "variant", "measured", "verdict", "from"],
+            rows,
+            "llrlrll",
+        )
+    )
+    L.append("")
+    shown = set()
+    for t in found:
+        if t["verdict"] != "missed":
+            continue
+        short = fmt(t["min"] - t["value"])
+        line = (
+            f"**Missed: {metric_label(t['metric'], base, word)} >= {fmt(t['min'])} at "
+            f"{t['size']}.** The closest, {t['held']}, reaches {fmt(t['value'])} ({short} short)."
+        )
+        digest = profile_digest(data, t["held"], t["size"])
+        if (t["held"], t["size"]) in shown:
+            line += " Its profile there is above."
+        elif digest:
+            line += f" Nsight Compute at that size: {digest}."
+        else:
+            line += f" {t['held']} was not profiled at {t['size']}."
+        shown.add((t["held"], t["size"]))
+        L += [line, ""]
+    return L
+
+
+def notes(data: StudyData, base: str) -> list[str]:
+    """One "read this first" line for each target missed or not measured."""
+    out = []
+    word = copy_word(main_rows(data))
+    for t in evaluate(data):
+        if t["verdict"] == "met":
+            continue
+        what = f"{metric_label(t['metric'], base, word)} >= {fmt(t['min'])} at {t['size']}"
+        out.append(
+            f"Target **{t['verdict']}**: {what}"
+            + (f" ({t['held']}: {fmt(t['value'])})" if t["value"] is not None else "")
+            + "; see Targets."
+        )
+    return out

@@ -1,0 +1,182 @@
+"""A study's targets (config ``targets``) and its second headline size on the page: checked
+against the config, held against the published measurements (real Parquet, real Nsight Compute
+tables), and rendered again from a changed config without measuring."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pandas as pd
+import pytest
+import yaml
+from conftest import REPO, copy_repo, kernelbook_cli
+
+from kernelbook import config as cfg
+from kernelbook import tables
+from kernelbook.report import publish
+from kernelbook.report.markdown import fmt
+
+PROJECT = cfg.load_project_file(REPO / "config" / "config.yaml")
+GPU = "nvidia-h200"
+
+
+def _study(tmp_path, study: str, targets) -> object:
+    data = yaml.safe_load((REPO / "config" / "studies" / f"{study}.yaml").read_text())
+    data["targets"] = targets
+    root = tmp_path / "repo"
+    (root / "config" / "studies").mkdir(parents=True)
+    (root / "kernels").symlink_to(REPO / "kernels")
+    path = root / "config" / "studies" / f"{study}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return cfg.load_study(path, PROJECT.settings, root)
+
+
+def test_targets_default_to_the_headline(tmp_path):
+    s = _study(
+        tmp_path,
+        "attention",
+        [
+            {"metric": "pct_of_sdpa_cudnn", "min": 100},
+            {
+                "metric": "tflops",
+                "min": 450,
+                "size": {"S": 2048, "B": 8, "H": 32, "D": 64, "causal": 0},
+            },
+        ],
+    )
+    assert s.targets[0]["size"] == s.headline
+    assert s.targets[0]["variant"] is None
+    assert s.targets[1]["size"] == s.second_headline
+
+
+@pytest.mark.parametrize(
+    "target, message",
+    [
+        ({"metric": "pct_of_cudnn", "min": 100}, r"targets\[0\]: metric 'pct_of_cudnn' is not"),
+        (
+            {
+                "metric": "tflops",
+                "min": 1,
+                "size": {"B": 3, "H": 16, "S": 4096, "D": 128, "causal": 0},
+            },
+            r"targets\[0\]: size .* is not one of the study's sizes",
+        ),
+        ({"metric": "tflops", "min": 1, "variant": "99_nope"}, r"variant '99_nope' is not"),
+        ({"metric": "tflops"}, r"targets\[0\]: 'min' is required"),
+        ({"metric": "TFLOPS", "min": 1}, r"targets"),
+    ],
+)
+def test_a_broken_target_is_refused_by_name(tmp_path, target, message):
+    with pytest.raises(cfg.ConfigError, match=message):
+        _study(tmp_path, "attention", [target])
+
+
+def _section(md: str, title: str) -> list[str]:
+    lines = md.splitlines()
+    start = lines.index(title)
+    end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("## "))
+    return lines[start + 1 : end]
+
+
+def _table(section: list[str]) -> list[list[str]]:
+    rows = [ln for ln in section if ln.startswith("| ")]
+    return [[c.strip() for c in r.strip("|").split("|")] for r in rows[2:]]  # past the head
+
+
+@pytest.fixture(scope="module")
+def attention_page(tmp_path_factory):
+    out = tmp_path_factory.mktemp("attention")
+    page = publish.render_published(REPO / "worklogs", GPU, "attention", REPO / "analysis", out)
+    data = REPO / "worklogs" / GPU / "attention" / "data"
+    meas = tables.extra_baseline_columns(tables.read(data / "measurements.parquet"))
+    meta = json.loads((data / "study.json").read_text())
+    return page.read_text(), meas[meas["variant_kind"] != "candidate"], meta
+
+
+def test_the_targets_table_is_the_best_measured_at_each_size(attention_page):
+    md, meas, meta = attention_page
+    rows = _table(_section(md, "## Targets"))
+    assert len(rows) == len(meta["targets"]) > 0
+    for t, row in zip(meta["targets"], rows, strict=True):
+        at = meas[(meas["size"] == t["size"]) & (meas["status"] == "ok")]
+        best = at.loc[pd.to_numeric(at[t["metric"]]).idxmax()]
+        assert row[0] == t["size"]
+        assert row[3] == best["variant"]
+        assert row[4] == fmt(best[t["metric"]])
+        want = "met" if best[t["metric"]] >= t["min"] else "**missed**"
+        assert row[5] == want
+
+
+def test_the_second_headline_has_its_own_ladder_table(attention_page):
+    md, meas, meta = attention_page
+    size = meta["second_headline"]
+    section = _section(md, f"## The ladder at {size}")
+    rows = {r[0]: r for r in _table(section)}
+    at = meas[meas["size"] == size].drop_duplicates("variant", keep="last")
+    assert set(at["variant"]) <= set(rows)
+    for _, m in at.iterrows():
+        row = rows[m["variant"]]
+        assert row[1].startswith(m["status"])
+        if m["status"] == "ok":
+            assert row[3] == fmt(m["tflops"])
+            assert row[6] == fmt(m["pct_of_sdpa_cudnn"])  # the second baseline's column
+    assert f"figures/ladder_{size}.png" in "\n".join(section)
+    # a step that runs at that size only (D = 64) reads its numbers and profile there
+    step = _section(md + "\n## end", "### 16_persistent_fma_exp2")
+    text = "\n".join(step)
+    m16 = at[at["variant"] == "16_persistent_fma_exp2"].iloc[0]
+    assert f"**At {size}.** median {fmt(m16['median_ms'])} ms, {fmt(m16['tflops'])}" in text
+    assert f"**Profiler, against 15_persistent** (at {size}" in text
+
+
+def test_a_missed_target_quotes_the_profile_of_the_closest_variant(tmp_path):
+    page = publish.render_published(REPO / "worklogs", GPU, "sgemm", REPO / "analysis", tmp_path)
+    md = page.read_text()
+    data = REPO / "worklogs" / GPU / "sgemm" / "data"
+    meta = json.loads((data / "study.json").read_text())
+    meas = tables.read(data / "measurements.parquet")
+    prof = tables.read(data / "profile.parquet")
+    t = next(t for t in meta["targets"] if t.get("variant") == "10_warptiling")
+    got = meas[(meas["variant"] == "10_warptiling") & (meas["size"] == t["size"])].iloc[-1]
+    if got["pct_of_baseline"] >= t["min"]:
+        pytest.skip("10_warptiling meets its target in the published data")
+    section = "\n".join(_section(md, "## Targets"))
+    issue = prof[
+        (prof["variant"] == "10_warptiling")
+        & (prof["size"] == t["size"])
+        & (prof["metric"] == "sm__issue_active.avg.pct_of_peak_sustained_elapsed")
+    ]["value"].iloc[0]
+    assert f"**Missed: % of cuBLAS >= {fmt(t['min'])} at {t['size']}.**" in section
+    assert f"issue slots {fmt(issue, 3)} %" in section
+    assert "largest stalls (warps an issue)" in section
+    assert "Target **missed**" in "\n".join(_section(md, "## Read this first"))
+
+
+def test_render_from_the_config_changes_the_page_not_the_numbers(tmp_path):
+    root = copy_repo(tmp_path / "repo")
+    (root / "worklogs" / GPU).mkdir(parents=True)
+    shutil.copytree(REPO / "worklogs" / GPU / "sgemm", root / "worklogs" / GPU / "sgemm")
+    shutil.copytree(REPO / "analysis", root / "analysis")
+    path = root / "config" / "studies" / "sgemm.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["targets"] = [{"metric": "pct_of_baseline", "min": 50, "says": "a lower bar"}]
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    before = (root / "worklogs" / GPU / "sgemm" / "data" / "measurements.parquet").read_bytes()
+    proc = kernelbook_cli(root, "render", "--study-config", f"{GPU}/sgemm")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    md = (root / "worklogs" / GPU / "sgemm" / "README.md").read_text()
+    assert "| >= 50 |" in md and "a lower bar" in md and "**missed**" not in md
+    assert (root / "worklogs" / GPU / "sgemm" / "data" / "measurements.parquet").read_bytes() == (
+        before
+    )
+    # a kernel changed since the measurement: its page keeps the study.json it was made from
+    meta = (root / "worklogs" / GPU / "sgemm" / "data" / "study.json").read_text()
+    cu = root / "kernels" / "sgemm" / "02_coalescing.cu"
+    cu.write_text(cu.read_text() + "\n__device__ int kernelbook_later_edit;\n")
+    data["targets"] = [{"metric": "pct_of_baseline", "min": 40}]
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    proc = kernelbook_cli(root, "render", "--study-config", f"{GPU}/sgemm")
+    assert proc.returncode == 1
+    assert "nvidia-h200/sgemm is stale (02_coalescing: source changed)" in proc.stderr
+    assert (root / "worklogs" / GPU / "sgemm" / "data" / "study.json").read_text() == meta
