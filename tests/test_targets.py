@@ -180,3 +180,45 @@ def test_render_from_the_config_changes_the_page_not_the_numbers(tmp_path):
     assert proc.returncode == 1
     assert "nvidia-h200/sgemm is stale (02_coalescing: source changed)" in proc.stderr
     assert (root / "worklogs" / GPU / "sgemm" / "data" / "study.json").read_text() == meta
+
+
+def test_profiler_deltas_leave_out_what_says_nothing():
+    """A step's "largest changes" are of quantities a reader can act on: no .min or .max
+    beside the average, no count's .avg beside its .sum, no share of peak under 1 %, no stall
+    reason under 0.05 warps an issue (real ncu tables of the published attention study)."""
+    from kernelbook.report import data as rd
+
+    d = rd.load(
+        {
+            k: v
+            for k, v in publish.published_paths(REPO / "worklogs", GPU, "attention").items()
+            if k in (*publish.DATA_TABLES, "meta")
+        },
+        mode="replay",
+    )
+    seen = 0
+    for prev, cur, at in [
+        ("08_warp_specialized", "09_pingpong", None),
+        ("15_persistent", "16_persistent_fma_exp2", "8x32x2048x64x0"),
+        ("01_naive", "02_fused_row", None),
+    ]:
+        deltas, _ = rd.metric_deltas(d, prev, cur, top=40, at=at)
+        assert deltas
+        for name, a, b, _ in deltas:
+            seen += 1
+            assert ".min" not in name and ".max" not in name, name
+            if "pct_of_peak" in name:
+                assert ".avg." in name and max(a, b) >= 1.0, (name, a, b)
+            if name.endswith("_per_issue_active.ratio"):
+                assert max(a, b) >= 0.05, (name, a, b)
+            if ".avg" in name and "pct_of_peak" not in name:
+                assert not any(n == name.replace(".avg", ".sum", 1) for n, *_ in deltas)
+    assert seen > 20
+    # what it leaves out is there to leave out: the misc stall 09 changed 70x, from nothing
+    prof = d.table("profile")
+    misc = prof[
+        (prof["metric"] == "smsp__average_warps_issue_stalled_misc_per_issue_active.ratio")
+        & prof["variant"].isin(["08_warp_specialized", "09_pingpong"])
+        & (prof["size"] == "4x16x4096x128x0")
+    ]["value"]
+    assert len(misc) == 2 and misc.max() < 0.05 and misc.max() / misc.min() > 10
