@@ -144,3 +144,23 @@ def test_a_run_of_one_invocation_a_study_says_each_study_s_part(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("**h200**, paged, sgemm: The run that")
     own = "Each study's own invocations: paged 2.6 min, complete; sgemm 7.8 min, complete."
     assert lines[0].endswith("not complete. " + own)
+
+
+def test_one_invocation_for_several_studies_gives_them_no_parts_of_their_own(tmp_path):
+    """One Snakemake invocation measured three studies: the index's line is the run's, and
+    does not repeat its wall time as each study's own."""
+    runs, bench = tmp_path / "runs", tmp_path / "benchmarks"
+    t = 1_800_000_000.0
+    _segment(runs, "0.json", t, t + 1296, empty=True)
+    r = json.loads((runs / "0.json").read_text())
+    (runs / "0.json").write_text(json.dumps({**r, "studies": ["attention", "paged", "w4a16"]}))
+    from kernelbook.report import index
+
+    worklogs = tmp_path / "worklogs"
+    for study in ("attention", "paged", "w4a16"):
+        runlog.write(runs, bench, worklogs / "h200" / study / "data" / "run.json", study)
+    pairs = [("h200", s) for s in ("attention", "paged", "w4a16")]
+    lines = [ln for ln in index.runs_lines(worklogs, pairs) if ln]
+    assert len(lines) == 1 and lines[0].startswith("**h200**, attention, paged, w4a16: The run")
+    assert "21.6 min of wall time (1296 s)" in lines[0]
+    assert "Each study's own" not in lines[0] and lines[0].endswith(", complete.")

@@ -142,7 +142,9 @@ def runs_lines(worklogs, pairs) -> list[str]:
             for s, p in sorted(studies.items())
             if p and run.get("studies", []) != [s]
         ]
-        if own:
+        # one invocation that measured them all: each study's own time is the run's
+        alike = all(p and p["wall_s"] == run.get("wall_s") for p in studies.values())
+        if own and not alike:
             line += f" Each study's own invocations: {'; '.join(own)}."
         lines.append(line)
         lines.append("")
