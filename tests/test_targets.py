@@ -19,6 +19,7 @@ from kernelbook.report.markdown import fmt
 
 PROJECT = cfg.load_project_file(REPO / "config" / "config.yaml")
 GPU = "nvidia-h200"
+DATA = REPO / "worklogs" / GPU / "attention" / "data"
 
 
 def _study(tmp_path, study: str, targets) -> object:
@@ -104,7 +105,21 @@ def test_the_targets_table_is_the_best_measured_at_each_size(attention_page):
         assert row[0] == t["size"]
         assert row[3] == best["variant"]
         assert row[4] == fmt(best[t["metric"]])
-        want = "met" if best[t["metric"]] >= t["min"] else "**missed**"
+        value = best[t["metric"]]
+        want = "met" if value >= t["min"] else "**missed**"
+        if want == "met" and value < t["min"] * 1.02:  # within a baseline's spread bound
+            want = "met, narrowly"
+            line = next(ln for ln in md.splitlines() if ln.startswith("**Met narrowly: "))
+            assert f"at {t['size']}.** {best['variant']} reaches {fmt(value)}" in line
+            if t["metric"] == "tflops":  # the same work over ncu's kernel time
+                prof = tables.read(DATA / "profile.parquet")
+                ns = prof[
+                    (prof["variant"] == best["variant"])
+                    & (prof["size"] == t["size"])
+                    & (prof["metric"] == "gpu__time_duration.sum")
+                ]["value"].iloc[-1]
+                rate = value * best["median_ms"] / (ns / 1e6)
+                assert f"{fmt(ns / 1e3)} us (one launch, profiled), gives {fmt(rate)}" in line
         assert row[5] == want
 
 
@@ -222,3 +237,20 @@ def test_profiler_deltas_leave_out_what_says_nothing():
         & (prof["size"] == "4x16x4096x128x0")
     ]["value"]
     assert len(misc) == 2 and misc.max() < 0.05 and misc.max() / misc.min() > 10
+
+
+def test_the_index_counts_targets_met_and_names_the_missed():
+    from kernelbook.report import index
+
+    assert index.targets_cell([]) == "—"
+    met = {"metric": "tflops", "min": 450.0, "size": "s", "verdict": "met", "narrow": False}
+    narrow = dict(met, narrow=True)
+    missed = dict(met, metric="pct_of_baseline", min=93.7, verdict="missed")
+    assert index.targets_cell([met, narrow]) == (
+        "2 of 2 met, 1 narrowly (within a baseline's spread)"
+    )
+    assert index.targets_cell([met, missed]) == "1 of 2 met (not: pct_of_baseline >= 93.7 at s)"
+    # and the published index is what the published data says today
+    summary = index.study_summary(REPO / "worklogs", GPU, "attention")
+    cell = index.targets_cell(summary["targets"])
+    assert f"| {cell} |" in (REPO / "worklogs" / "README.md").read_text()

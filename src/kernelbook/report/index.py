@@ -24,6 +24,9 @@ def targets_cell(found: list[dict]) -> str:
         return "—"
     met = sum(t["verdict"] == "met" for t in found)
     cell = f"{met} of {len(found)} met"
+    narrow = sum(bool(t.get("narrow")) for t in found)
+    if narrow:
+        cell += f", {narrow} narrowly (within a baseline's spread)"
     if met < len(found):
         missed = [f"{t['metric']} >= {fmt(t['min'])} at {t['size']}" for t in found]
         missed = [m for m, t in zip(missed, found, strict=True) if t["verdict"] != "met"]
