@@ -64,6 +64,8 @@ def test_targets_default_to_the_headline(tmp_path):
             r"targets\[0\]: size .* is not one of the study's sizes",
         ),
         ({"metric": "tflops", "min": 1, "variant": "99_nope"}, r"variant '99_nope' is not"),
+        # a TFLOP/s study times no same-bytes copy beside its variants
+        ({"metric": "pct_of_copy", "min": 90}, r"metric 'pct_of_copy' is not one this study"),
         ({"metric": "tflops"}, r"targets\[0\]: 'min' is required"),
         ({"metric": "TFLOPS", "min": 1}, r"targets"),
     ],

@@ -474,8 +474,10 @@ def _targets(raw, shown, problem, sizes, headline, baselines) -> tuple[dict, ...
     metric and variant checked against the study."""
     out = []
     variant_ids = {v["id"] for v in raw["variants"]}
-    metrics = {"tflops", "gbps", "pct_of_baseline", "pct_of_copy"}
+    metrics = {"tflops", "gbps", "pct_of_baseline"}
     metrics |= {f"pct_of_{b}" for b in baselines[1:]}
+    if raw.get("figure_of_merit", problem.figure_of_merit) == "gbps":
+        metrics.add("pct_of_copy")  # the same-bytes copy (or read) is timed in gbps studies
     for i, t in enumerate(raw.get("targets", [])):
         where = f"{shown}: targets[{i}]"
         if t["metric"] not in metrics:
