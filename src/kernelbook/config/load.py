@@ -117,7 +117,6 @@ def load_study(path: Path, settings: dict, root: Path) -> Study:
         )
         if second not in sizes:
             raise ConfigError(f"{shown}: second_headline {second} is not one of the study's sizes")
-    targets = _targets(raw, shown, problem, sizes, headline, baselines)
     timing = {**settings["timing"], **raw.get("timing", {})}
     sub = schema("config")["properties"]["timing"]
     try:
@@ -167,6 +166,7 @@ def load_study(path: Path, settings: dict, root: Path) -> Study:
             f"{shown}: bandwidth_reference: {raw['bandwidth_reference']} is for a study whose "
             f"figure of merit is gbps, and this one's is {fom} (set figure_of_merit: gbps)"
         )
+    targets = _targets(raw, shown, problem, sizes, headline, baselines)
     return Study(
         name=name,
         path=shown,
