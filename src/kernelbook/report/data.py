@@ -367,12 +367,14 @@ def metric_table(data: StudyData) -> tuple[pd.DataFrame | None, str | None, str]
     return None, None, ""
 
 
-def worth_comparing(name: str, larger: float) -> bool:
+def worth_comparing(name: str, larger: float, names: set[str] = frozenset()) -> bool:
     """Whether a change of metric ``name`` (its larger value of the two) tells a reader
-    something: not a .min or .max beside the metric's average or sum (the same quantity per
-    unit), nor a share of peak under 1 %, nor a stall reason under 0.05 warps an issue (a
-    70x change of nothing)."""
+    something: not a .min or .max beside the metric's average or sum, nor a count's .avg
+    (per unit) beside its .sum in ``names`` (the same change, shown once), nor a share of peak
+    under 1 %, nor a stall reason under 0.05 warps an issue (a 70x change of nothing)."""
     if ".min" in name or ".max" in name:
+        return False
+    if "pct_of_peak" not in name and ".avg" in name and name.replace(".avg", ".sum", 1) in names:
         return False
     if "pct_of_peak" in name and ".avg." not in name:
         return False  # its .avg is the one read; .sum of a percentage adds units up
@@ -415,10 +417,7 @@ def metric_deltas(
     keep = a.notna() & b.notna() & (a > 0) & (b > 0) & (a != b)
     names = {str(n) for n in a.index}
     worth = [
-        worth_comparing(str(n), max(x, y))
-        # a count's .avg (per unit) beside its .sum: the same change, shown once
-        and not ("pct_of_peak" not in str(n) and str(n).replace(".avg", ".sum", 1) in names - {n})
-        for n, x, y in zip(a.index, a, b, strict=True)
+        worth_comparing(str(n), max(x, y), names) for n, x, y in zip(a.index, a, b, strict=True)
     ]
     keep &= pd.Series(worth, index=a.index, dtype=bool)
     ratio = (b[keep] / a[keep]).astype(float)

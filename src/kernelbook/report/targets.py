@@ -8,7 +8,7 @@ import re
 import pandas as pd
 
 from kernelbook import tables
-from kernelbook.report.data import StudyData, copy_word, main_rows
+from kernelbook.report.data import StudyData, baseline_label, copy_word, main_rows
 from kernelbook.report.markdown import DASH, as_float, esc, fmt, md_table
 from kernelbook.report.quality import SPREAD_BOUND_PCT
 
@@ -40,9 +40,10 @@ def metric_label(metric: str, base: str, copy: str = "copy") -> str:
 
 
 def evaluate(data: StudyData) -> list[dict]:
-    """Each target with the variant held against it, its measured value and the verdict
-    (met, missed, or not measured)."""
+    """Each target with the variant held against it, its measured value, the verdict (met,
+    missed, or not measured) and how the page names it (``what``)."""
     rows = tables.extra_baseline_columns(main_rows(data))
+    base, word = baseline_label(data), copy_word(main_rows(data))
     out = []
     for t in data.meta.get("targets") or []:
         at = rows[(rows["size"] == t["size"]) & (rows["status"] == "ok")]
@@ -50,7 +51,8 @@ def evaluate(data: StudyData) -> list[dict]:
             at = at[at["variant"] == t["variant"]]
         metric = t["metric"]
         vals = pd.to_numeric(at[metric], errors="coerce") if metric in at else pd.Series()
-        got = {**t, "value": None, "held": None, "verdict": "not measured"}
+        what = f"{metric_label(metric, base, word)} >= {fmt(t['min'])} at {t['size']}"
+        got = {**t, "what": what, "value": None, "held": None, "verdict": "not measured"}
         if vals.notna().any():
             i = vals.idxmax()
             got.update(value=float(vals[i]), held=at.loc[i, "variant"])
@@ -118,13 +120,12 @@ def ncu_rate_text(data: StudyData, t: dict) -> str:
     )
 
 
-def section_lines(data: StudyData, base: str) -> list[str]:
-    """The page's "Targets" section: a table of every target, then what the profile shows
-    where one is missed."""
-    found = evaluate(data)
+def section_lines(data: StudyData, found: list[dict]) -> list[str]:
+    """The page's "Targets" section (``found``: evaluate's): a table of every target, then
+    what the profile shows where one is missed."""
     if not found:
         return []
-    word = copy_word(main_rows(data))
+    base, word = baseline_label(data), copy_word(main_rows(data))
     rows = []
     for t in found:
         rows.append(
@@ -158,8 +159,8 @@ def section_lines(data: StudyData, base: str) -> list[str]:
         if t.get("narrow"):
             over = 100 * (t["value"] / float(t["min"]) - 1)
             L += [
-                f"**Met narrowly: {metric_label(t['metric'], base, word)} >= {fmt(t['min'])} at "
-                f"{t['size']}.** {t['held']} reaches {fmt(t['value'])}, {fmt(over, 2)} % over: "
+                f"**Met narrowly: {t['what']}.** {t['held']} reaches {fmt(t['value'])}, "
+                f"{fmt(over, 2)} % over: "
                 f"less than the {SPREAD_BOUND_PCT:g} % a baseline may move between the jobs of "
                 "a run, so a run of its own may fall on either side." + ncu_rate_text(data, t),
                 "",
@@ -170,8 +171,8 @@ def section_lines(data: StudyData, base: str) -> list[str]:
             continue
         short = fmt(t["min"] - t["value"])
         line = (
-            f"**Missed: {metric_label(t['metric'], base, word)} >= {fmt(t['min'])} at "
-            f"{t['size']}.** The closest, {t['held']}, reaches {fmt(t['value'])} ({short} short)."
+            f"**Missed: {t['what']}.** The closest, {t['held']}, reaches {fmt(t['value'])} "
+            f"({short} short)."
         )
         digest = profile_digest(data, t["held"], t["size"])
         if (t["held"], t["size"]) in shown:
@@ -185,23 +186,14 @@ def section_lines(data: StudyData, base: str) -> list[str]:
     return L
 
 
-def notes(data: StudyData, base: str) -> list[str]:
-    """One "read this first" line for each target missed or not measured."""
+def notes(found: list[dict]) -> list[str]:
+    """One "read this first" line for each target missed, not measured or met narrowly
+    (``found``: evaluate's)."""
     out = []
-    word = copy_word(main_rows(data))
-    for t in evaluate(data):
-        if t["verdict"] == "met" and t.get("narrow"):
-            what = f"{metric_label(t['metric'], base, word)} >= {fmt(t['min'])} at {t['size']}"
-            out.append(
-                f"Target met **narrowly**: {what} ({t['held']}: {fmt(t['value'])}); see Targets."
-            )
+    for t in found:
+        if t["verdict"] == "met" and not t.get("narrow"):
             continue
-        if t["verdict"] == "met":
-            continue
-        what = f"{metric_label(t['metric'], base, word)} >= {fmt(t['min'])} at {t['size']}"
-        out.append(
-            f"Target **{t['verdict']}**: {what}"
-            + (f" ({t['held']}: {fmt(t['value'])})" if t["value"] is not None else "")
-            + "; see Targets."
-        )
+        verdict = "met **narrowly**" if t["verdict"] == "met" else f"**{t['verdict']}**"
+        held = f" ({t['held']}: {fmt(t['value'])})" if t["value"] is not None else ""
+        out.append(f"Target {verdict}: {t['what']}{held}; see Targets.")
     return out

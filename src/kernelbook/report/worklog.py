@@ -299,7 +299,8 @@ def render_markdown(
 
     L.append("## Read this first")
     L.append("")
-    notes = attention(data, stale) + targets.notes(data, base) + claims.notes(checks, size)
+    found = targets.evaluate(data)
+    notes = attention(data, stale) + targets.notes(found) + claims.notes(checks, size)
     if notes:
         L += [f"- {n}" for n in notes]
     else:
@@ -328,7 +329,7 @@ def render_markdown(
             data, order, second, base, unit, fom, byname.get(f"ladder_{size2}"), figures_prefix
         )
 
-    L += targets.section_lines(data, base)
+    L += targets.section_lines(data, found)
     L += quality.spread_section(data.measurements, base, fmt)
 
     L.append("## Step by step")
