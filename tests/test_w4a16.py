@@ -113,12 +113,22 @@ def test_study_loads_with_both_baselines_and_the_read_roof():
     assert STUDY.extra_baselines == ("cublas_bf16", "tinygemm_int4")
     assert STUDY.figure_of_merit == "gbps" and STUDY.bandwidth_reference == "read"
     assert STUDY.headline == {"M": 1, "N": 28672, "K": 4096}
-    assert [c.tune_point for c in STUDY.candidates] == [
-        {"ROWS": r, "WARPS": w} for r in (2, 4) for w in (4, 8)
-    ]
+    points = {}
+    for c in STUDY.candidates:
+        points.setdefault(c.tuned_from, []).append(c.tune_point)
+    assert points == {
+        "03_magic_dequant": [{"ROWS": r, "WARPS": w} for r in (2, 4) for w in (4, 8)],
+        "09_offset_mma": [{"MIN_BLOCKS": b, "UNR": u, "WARPS": 4} for u in (2, 4) for b in (4, 5)],
+    }
 
 
-TENSOR_CORE = ("w4_mma_dequant", "w4_mma_stream", "w4_mma_persistent", "w4_cp_async_ring")
+TENSOR_CORE = (
+    "w4_mma_dequant",
+    "w4_mma_stream",
+    "w4_mma_persistent",
+    "w4_cp_async_ring",
+    "w4_offset_mma",
+)
 
 
 @pytest.mark.parametrize("v", BUILT, ids=lambda v: v.id)
@@ -179,10 +189,15 @@ def test_kernels_compile_without_spills_and_convert_as_they_say(built, v):
     if v.entry == "w4_cp_async_ring":  # W through shared memory: cp.async.cg, then LDS.128
         assert {"LDGSTS.E.BYPASS.128", "LDS.128", "DEPBAR.LE"} <= ops, sorted(ops)
         assert not any(op.startswith("LDG.E") and op.endswith(".128") for op in ops), sorted(ops)
+    elif v.entry == "w4_offset_mma":  # W through L2 only: ld.global.nc.L1::no_allocate
+        assert "LDG.E.NA.128.CONSTANT" in ops, sorted(ops)
     else:
         assert "LDG.E.EF.128" in ops, sorted(ops)  # W streamed: 16-byte ld.global.cs
     converts = {op for op in ops if op.startswith("I2F")}
-    if v.entry in TENSOR_CORE:  # tensor cores; nibble pairs by LOP3 and a bf16x2 add
+    if v.entry == "w4_offset_mma":  # the zero point an mma: no bf16x2 subtraction left
+        assert "HMMA.16816.F32.BF16" in ops and "HADD2.BF16_V2" not in ops, sorted(ops)
+        assert not converts and "SHFL.BFLY" not in ops, sorted(ops)
+    elif v.entry in TENSOR_CORE:  # tensor cores; nibble pairs by LOP3 and a bf16x2 add
         assert "HMMA.16816.F32.BF16" in ops and "HADD2.BF16_V2" in ops, sorted(ops)
         assert not converts and "SHFL.BFLY" not in ops, sorted(ops)  # warps add in smem
     else:

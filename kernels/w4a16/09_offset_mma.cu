@@ -1,0 +1,162 @@
+// 09_offset_mma: 06's tensor-core GEMV with the zero point moved into the mma, W kept out of
+// L1, and registers cut so that 24 warps an SM fit instead of 16.
+//
+// Changed from 06: its ncu at 1 x 28672 x 4096 shows a latency-bound kernel with few warps:
+// 14.6 warps active an SM of 64 (128 registers a thread cap it at 16), issue slots 43 % busy,
+// long-scoreboard 2.8 and the fixed-latency stalls (wait, math-pipe throttle, not selected)
+// another 3 warps an issue; 140 instructions a scale group a warp (2 KB of W), of which 32
+// are the bf16x2 subtractions of 136 and 16 x's permutes; and L2 serving 94 MB for 61 MB of
+// W, x (read by every warp) evicted from L1 by W's streaming loads. Here:
+// - the weights go to the mma as 128 + q (one LOP3 a nibble pair, no subtraction), and each
+//   k16 step's B fragment is multiplied once more by a constant A of -136 into the same
+//   accumulators: sum (128 + q) x - 136 sum x = sum (q - 8) x. 8 more HMMAs a group on a
+//   tensor pipe 10 % busy, 32 fewer HADD2s, no extra register;
+// - W by ld.global.nc.L1::no_allocate, as decode_gemm's 08: W never lands in L1, so x stays
+//   there;
+// - only the one- and two-tile paths (M <= 8, M <= 16), batches past 16 in passes of 16 over
+//   the block's tile (its 32 KB of W still in L2 on the second pass), so that the kernel fits
+//   MIN_BLOCKS = 6 blocks an SM (80 registers): 24 warps, UNR = 4 groups of W in flight each,
+//   1.5 times 06's bytes in flight an SM.
+// Hypothesis: ~110 instructions a group instead of 140 and half again as many warps to hide
+// them: >= 75 % of the read ceiling at 1 x 28672 x 4096 (06: 56 %) and >= 3x cuBLAS BF16 on
+// 128256 x 4096.
+// What ncu should show: no HADD2.BF16_V2 and twice 06's HMMAs in the SASS; ~24 warps active
+// an SM; lts__t_bytes close to dram__bytes_read; dram__throughput well above 06's 46 %.
+//
+// Sizes: any M, N; K a multiple of 128. Launch: grid (cdiv(N, 16)), block (32 * WARPS),
+// static shared memory WARPS * 4 * 4 * 32 floats.
+#define W4_FUSED_LOP3 1
+#include "w4mma.cuh"
+
+#ifndef WARPS
+#define WARPS 4
+#endif
+#ifndef UNR
+#define UNR 4  // scale groups a warp loads before using any
+#endif
+#ifndef MIN_BLOCKS
+#define MIN_BLOCKS 6  // blocks an SM: 24 warps of 4, at most 80 registers a thread
+#endif
+
+typedef float Partials[WARPS][4][4][32];  // each warp's accumulators, lane-major
+
+// 16 bytes of W, through L2 only: L1 keeps x
+__device__ __forceinline__ uint4 load_w(const uint4* p)
+{
+#ifdef KERNELBOOK_EMU
+  return *p;
+#else
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+#endif
+}
+
+// nibbles S_ and S_ + 4 of word q as two bf16 128 + n (nibble S_ in the low half): exact
+template <int S_>
+__device__ __forceinline__ unsigned nib_biased(unsigned q)
+{
+  return and_or(q >> (4 * S_), 0x000F000Fu, 0x43004300u);
+}
+
+constexpr unsigned MINUS_136 = 0xC308C308u;  // -136, twice: the A fragment of the zero point
+
+// acc[j] += the scaled products of scale group gi with batch rows m0 + 8 j + g of x, as
+// w4_group_mma, the weights 128 + q and the zero point an mma of its own
+template <int MT>
+__device__ __forceinline__ void w4_group_offset(float (&acc)[MT][4], uint4 qa, uint4 qb, float sa,
+                                                float sb, int gi, int M, int K, int m0,
+                                                const __nv_bfloat16* __restrict__ x)
+{
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  // c: the weights' products; d: the zero point's (-136 sum x, the same in rows g and g + 8),
+  // two independent chains of mmas
+  float c[MT][4], d[MT][4];
+#pragma unroll
+  for (int j = 0; j < MT; ++j)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) c[j][r] = d[j][r] = 0.0f;
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    const unsigned ua = w == 0 ? qa.x : w == 1 ? qa.y : w == 2 ? qa.z : qa.w;
+    const unsigned ub = w == 0 ? qb.x : w == 1 ? qb.y : w == 2 ? qb.z : qb.w;
+    const unsigned a[2][4] = {
+        {nib_biased<0>(ua), nib_biased<0>(ub), nib_biased<1>(ua), nib_biased<1>(ub)},
+        {nib_biased<2>(ua), nib_biased<2>(ub), nib_biased<3>(ua), nib_biased<3>(ub)}};
+#pragma unroll
+    for (int j = 0; j < MT; ++j) {
+      const int m = m0 + 8 * j + g;  // this lane's batch row of the B fragment
+      const uint4* xr = reinterpret_cast<const uint4*>(x + (size_t)m * K + gi * 128 + 32 * t);
+      const uint4 xv = m < M ? __ldg(xr + w) : zero;
+      const unsigned b0 = x_pair<0>(xv), b1 = x_pair<1>(xv), b2 = x_pair<2>(xv),
+                     b3 = x_pair<3>(xv);
+      mma_bf16(c[j], a[0][0], a[0][1], a[0][2], a[0][3], b0, b1);
+      mma_bf16(d[j], MINUS_136, MINUS_136, MINUS_136, MINUS_136, b0, b1);
+      mma_bf16(c[j], a[1][0], a[1][1], a[1][2], a[1][3], b2, b3);
+      mma_bf16(d[j], MINUS_136, MINUS_136, MINUS_136, MINUS_136, b2, b3);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < MT; ++j) {
+    acc[j][0] = fmaf(sa, c[j][0] + d[j][0], acc[j][0]);  // rows g, g + 8: their group's scale
+    acc[j][1] = fmaf(sa, c[j][1] + d[j][1], acc[j][1]);
+    acc[j][2] = fmaf(sb, c[j][2] + d[j][2], acc[j][2]);
+    acc[j][3] = fmaf(sb, c[j][3] + d[j][3], acc[j][3]);
+  }
+}
+
+// y[m0 .. m0 + 8 * MT) x [n0 .. n0 + 16) of this block: MT n8 tiles of batch rows
+template <int MT>
+__device__ __forceinline__ void w4_offset_tile(Partials& part, int M, int N, int K, int m0, int n0,
+                                               const __nv_bfloat16* __restrict__ x,
+                                               const unsigned* __restrict__ Wq,
+                                               const __nv_bfloat16* __restrict__ S,
+                                               __nv_bfloat16* __restrict__ y)
+{
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int g = lane / 4, t = lane % 4;
+  const int ra = n0 + g, rb = n0 + g + 8, groups = K / 128;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  // this lane's 16 bytes of group gi of rows ra and rb: uint4 number 4 gi + t of the row
+  const uint4* wa = reinterpret_cast<const uint4*>(Wq + (size_t)ra * (K / 8)) + t;
+  const uint4* wb = reinterpret_cast<const uint4*>(Wq + (size_t)rb * (K / 8)) + t;
+  float acc[MT][4];
+#pragma unroll
+  for (int j = 0; j < MT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+  for (int g0 = warp; g0 < groups; g0 += WARPS * UNR) {
+    uint4 qa[UNR], qb[UNR];
+    float sa[UNR], sb[UNR];
+#pragma unroll
+    for (int u = 0; u < UNR; ++u) {
+      const int gi = g0 + u * WARPS;
+      const bool in = gi < groups;
+      qa[u] = in && ra < N ? load_w(wa + 4 * gi) : zero;
+      qb[u] = in && rb < N ? load_w(wb + 4 * gi) : zero;
+      sa[u] = in && ra < N ? __bfloat162float(S[(size_t)ra * groups + gi]) : 0.0f;
+      sb[u] = in && rb < N ? __bfloat162float(S[(size_t)rb * groups + gi]) : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < UNR; ++u) {
+      const int gi = g0 + u * WARPS;
+      if (gi >= groups) break;  // the same for the whole warp
+      w4_group_offset<MT>(acc, qa[u], qb[u], sa[u], sb[u], gi, M, K, m0, x);
+    }
+  }
+  sum_warps_store<WARPS, MT>(part, acc, M, N, m0, n0, y);
+}
+
+extern "C" __global__ void __launch_bounds__(32 * WARPS, MIN_BLOCKS)
+w4_offset_mma(int M, int N, int K, const __nv_bfloat16* __restrict__ x,
+              const unsigned* __restrict__ Wq, const __nv_bfloat16* __restrict__ S,
+              __nv_bfloat16* __restrict__ y)
+{
+  __shared__ Partials part;
+  const int n0 = blockIdx.x * 16;
+  if (n0 >= N) return;  // the whole block
+  if (M <= 8) w4_offset_tile<1>(part, M, N, K, 0, n0, x, Wq, S, y);
+  else
+    for (int m0 = 0; m0 < M; m0 += 16) w4_offset_tile<2>(part, M, N, K, m0, n0, x, Wq, S, y);
+}
