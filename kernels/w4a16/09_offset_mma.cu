@@ -22,11 +22,22 @@
 // 128256 x 4096.
 // What ncu should show: no HADD2.BF16_V2 and twice 06's HMMAs in the SASS; ~24 warps active
 // an SM; lts__t_bytes close to dram__bytes_read; dram__throughput well above 06's 46 %.
+// Measured (H200, `kernelbook bench w4a16 06_lop3_dequant 08_cp_async_ring` and the four
+// candidates, side by side, 35c1692): at 1 x 28672 x 4096, 25.2 us (UNR 2, 5 blocks an SM)
+// against 06's 27.1 and 08's 27.4; at 1 x 128256 x 4096, 90.9 us (UNR 4, 5 blocks) against
+// 97.9 and 95.2; at 16 x 28672 x 4096, 51.8 against 53.2. 6 blocks an SM spill at 80
+// registers; 4 (128) are slower than 5 (96) everywhere. ncu at 1 x 28672 x 4096 (UNR 4, under
+// ncu's locked clocks): 28 % of warps active against 06's 23 %, tensor pipe 22.2 % against
+// 10.3 %, FMA pipe 9.4 % against 12.2 %, ALU 50 % against 47 %, DRAM 50 % against 46 %, the
+// long-scoreboard stall 4.4 warps an issue against 4.0: fewer instructions, and still waiting
+// on W. lts__t_bytes stayed at 93 MB for 61 MB from DRAM although W no longer passes through
+// L1: the extra L2 traffic is most likely the scales
+// 2-byte loads (a 32-byte sector each), not x.
+// The hypothesis holds in direction only: 2.1x cuBLAS BF16 at 28672 and 2.6x at 128256, not 3x.
 //
 // Sizes: any M, N; K a multiple of 128. Launch: grid (cdiv(N, 16)), block (32 * WARPS),
 // static shared memory WARPS * 4 * 4 * 32 floats.
-#define W4_FUSED_LOP3 1
-#include "w4mma.cuh"
+#include "w4offset.cuh"
 
 #ifndef WARPS
 #define WARPS 4
@@ -52,60 +63,6 @@ __device__ __forceinline__ uint4 load_w(const uint4* p)
       : "l"(p));
   return v;
 #endif
-}
-
-// nibbles S_ and S_ + 4 of word q as two bf16 128 + n (nibble S_ in the low half): exact
-template <int S_>
-__device__ __forceinline__ unsigned nib_biased(unsigned q)
-{
-  return and_or(q >> (4 * S_), 0x000F000Fu, 0x43004300u);
-}
-
-constexpr unsigned MINUS_136 = 0xC308C308u;  // -136, twice: the A fragment of the zero point
-
-// acc[j] += the scaled products of scale group gi with batch rows m0 + 8 j + g of x, as
-// w4_group_mma, the weights 128 + q and the zero point an mma of its own
-template <int MT>
-__device__ __forceinline__ void w4_group_offset(float (&acc)[MT][4], uint4 qa, uint4 qb, float sa,
-                                                float sb, int gi, int M, int K, int m0,
-                                                const __nv_bfloat16* __restrict__ x)
-{
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const uint4 zero = make_uint4(0, 0, 0, 0);
-  // c: the weights' products; d: the zero point's (-136 sum x, the same in rows g and g + 8),
-  // two independent chains of mmas
-  float c[MT][4], d[MT][4];
-#pragma unroll
-  for (int j = 0; j < MT; ++j)
-#pragma unroll
-    for (int r = 0; r < 4; ++r) c[j][r] = d[j][r] = 0.0f;
-#pragma unroll
-  for (int w = 0; w < 4; ++w) {
-    const unsigned ua = w == 0 ? qa.x : w == 1 ? qa.y : w == 2 ? qa.z : qa.w;
-    const unsigned ub = w == 0 ? qb.x : w == 1 ? qb.y : w == 2 ? qb.z : qb.w;
-    const unsigned a[2][4] = {
-        {nib_biased<0>(ua), nib_biased<0>(ub), nib_biased<1>(ua), nib_biased<1>(ub)},
-        {nib_biased<2>(ua), nib_biased<2>(ub), nib_biased<3>(ua), nib_biased<3>(ub)}};
-#pragma unroll
-    for (int j = 0; j < MT; ++j) {
-      const int m = m0 + 8 * j + g;  // this lane's batch row of the B fragment
-      const uint4* xr = reinterpret_cast<const uint4*>(x + (size_t)m * K + gi * 128 + 32 * t);
-      const uint4 xv = m < M ? __ldg(xr + w) : zero;
-      const unsigned b0 = x_pair<0>(xv), b1 = x_pair<1>(xv), b2 = x_pair<2>(xv),
-                     b3 = x_pair<3>(xv);
-      mma_bf16(c[j], a[0][0], a[0][1], a[0][2], a[0][3], b0, b1);
-      mma_bf16(d[j], MINUS_136, MINUS_136, MINUS_136, MINUS_136, b0, b1);
-      mma_bf16(c[j], a[1][0], a[1][1], a[1][2], a[1][3], b2, b3);
-      mma_bf16(d[j], MINUS_136, MINUS_136, MINUS_136, MINUS_136, b2, b3);
-    }
-  }
-#pragma unroll
-  for (int j = 0; j < MT; ++j) {
-    acc[j][0] = fmaf(sa, c[j][0] + d[j][0], acc[j][0]);  // rows g, g + 8: their group's scale
-    acc[j][1] = fmaf(sa, c[j][1] + d[j][1], acc[j][1]);
-    acc[j][2] = fmaf(sb, c[j][2] + d[j][2], acc[j][2]);
-    acc[j][3] = fmaf(sb, c[j][3] + d[j][3], acc[j][3]);
-  }
 }
 
 // y[m0 .. m0 + 8 * MT) x [n0 .. n0 + 16) of this block: MT n8 tiles of batch rows
