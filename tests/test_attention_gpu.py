@@ -117,7 +117,6 @@ probe_pv(const __nv_bfloat16* P, const __nv_bfloat16* V, float* O) {
   for (int i = 0; i < PD / 2; ++i) o[i] = 0.f;
   auto p = [&](int r, int c) { return P[r * PK + c]; };
   const int r0 = 16 * warp + g;
-  wgmma_fence();
 #pragma unroll
   for (int k = 0; k < PK / 16; ++k) {
     const int c0 = 16 * k + 2 * t;
@@ -126,6 +125,9 @@ probe_pv(const __nv_bfloat16* P, const __nv_bfloat16* V, float* O) {
     __nv_bfloat162 a3 = {p(r0 + 8, c0 + 8), p(r0 + 8, c0 + 9)};
     const uint32_t a[4] = {*reinterpret_cast<uint32_t*>(&a0), *reinterpret_cast<uint32_t*>(&a1),
                            *reinterpret_cast<uint32_t*>(&a2), *reinterpret_cast<uint32_t*>(&a3)};
+    // a[] was just written: the fence orders it (and O) before the wgmma that reads it, as the
+    // PTX rules ask of every A fragment in registers, not only the first
+    wgmma_fence();
     fa3::wgmma_rs_tb<PD>(o, a, fa3::sw128_desc_nmajor(sv + 2048 * k, PK * 128), k > 0);
   }
   wgmma_commit();
