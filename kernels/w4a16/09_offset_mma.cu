@@ -31,8 +31,11 @@
 // 10.3 %, FMA pipe 9.4 % against 12.2 %, ALU 50 % against 47 %, DRAM 50 % against 46 %, the
 // long-scoreboard stall 4.4 warps an issue against 4.0: fewer instructions, and still waiting
 // on W. lts__t_bytes stayed at 93 MB for 61 MB from DRAM although W no longer passes through
-// L1: the extra L2 traffic is most likely the scales
-// 2-byte loads (a 32-byte sector each), not x.
+// L1: the extra L2 traffic is most likely the scales' 2-byte loads (a 32-byte sector each).
+// What is left (tools/explore/w4_read_pattern.py, the same grid reading W and doing nothing
+// else): this grid of 16-row tiles, each lane's 16-byte pieces two rows apart, reads 60 MB in
+// ~26 us of event time and 263 MB in ~78; read contiguously, 512 bytes a warp instruction,
+// ~22.5 and ~65. The 3x target needs another shape of the read, not fewer instructions.
 // The hypothesis holds in direction only: 2.1x cuBLAS BF16 at 28672 and 2.6x at 128256, not 3x.
 //
 // Sizes: any M, N; K a multiple of 128. Launch: grid (cdiv(N, 16)), block (32 * WARPS),
