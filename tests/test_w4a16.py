@@ -119,6 +119,7 @@ def test_study_loads_with_both_baselines_and_the_read_roof():
     assert points == {
         "03_magic_dequant": [{"ROWS": r, "WARPS": w} for r in (2, 4) for w in (4, 8)],
         "09_offset_mma": [{"MIN_BLOCKS": b, "UNR": u, "WARPS": 4} for u in (2, 4) for b in (4, 5)],
+        "10_ring_persistent": [{"STAGES": 3}, {"STAGES": 6}],
     }
 
 
@@ -128,7 +129,9 @@ TENSOR_CORE = (
     "w4_mma_persistent",
     "w4_cp_async_ring",
     "w4_offset_mma",
+    "w4_ring_persistent",
 )
+PERSISTENT = ("w4_mma_persistent", "w4_ring_persistent")  # 07's grid: tiles shared out evenly
 
 
 @pytest.mark.parametrize("v", BUILT, ids=lambda v: v.id)
@@ -145,9 +148,14 @@ def test_launch_geometry_covers_every_row(v):
         elif v.entry == "w4_cp_async_ring":  # a ring of RING 1 KB slots a warp
             assert L.block == (32 * v.defines["WARPS"], 1, 1)
             assert L.smem == v.defines["WARPS"] * v.defines["RING"] * 1024
+        elif v.entry == "w4_ring_persistent":  # a ring of STAGES chunks of CG KB a warp
+            d = v.defines
+            assert L.block == (32 * d["WARPS"], 1, 1)
+            assert L.smem == d["WARPS"] * d["STAGES"] * d["CG"] * 1024
+            assert L.smem + 2 * d["WARPS"] * 2 * 4 * 32 * 4 <= 227 * 1024 // d["BLOCKS_SM"]
         else:
             assert L.block == (32 * v.defines["WARPS"], 1, 1) and L.smem == 0
-        if v.entry == "w4_mma_persistent":  # every block the same number of tiles, or one less
+        if v.entry in PERSISTENT:  # every block the same number of tiles, or one less
             cap = cfg.NOMINAL_SM_COUNT * v.defines["BLOCKS_SM"]
             tiles = -(-s["N"] // 16)
             per = -(-tiles // L.grid[0])  # the most tiles a block takes (b, b + grid, ...)
@@ -186,7 +194,7 @@ def test_kernels_compile_without_spills_and_convert_as_they_say(built, v):
     assert r.function == v.entry
     assert r.spill_store_bytes == 0 and r.spill_load_bytes == 0 and r.stack_bytes == 0, res.log
     ops = set(res.sass)
-    if v.entry == "w4_cp_async_ring":  # W through shared memory: cp.async.cg, then LDS.128
+    if v.entry in ("w4_cp_async_ring", "w4_ring_persistent"):  # W by cp.async.cg, then LDS.128
         assert {"LDGSTS.E.BYPASS.128", "LDS.128", "DEPBAR.LE"} <= ops, sorted(ops)
         assert not any(op.startswith("LDG.E") and op.endswith(".128") for op in ops), sorted(ops)
     elif v.entry == "w4_offset_mma":  # W through L2 only: ld.global.nc.L1::no_allocate
@@ -194,7 +202,7 @@ def test_kernels_compile_without_spills_and_convert_as_they_say(built, v):
     else:
         assert "LDG.E.EF.128" in ops, sorted(ops)  # W streamed: 16-byte ld.global.cs
     converts = {op for op in ops if op.startswith("I2F")}
-    if v.entry == "w4_offset_mma":  # the zero point an mma: no bf16x2 subtraction left
+    if v.entry in ("w4_offset_mma", "w4_ring_persistent"):  # the zero point an mma: no HADD2
         assert "HMMA.16816.F32.BF16" in ops and "HADD2.BF16_V2" not in ops, sorted(ops)
         assert not converts and "SHFL.BFLY" not in ops, sorted(ops)
     elif v.entry in TENSOR_CORE:  # tensor cores; nibble pairs by LOP3 and a bf16x2 add
@@ -325,11 +333,13 @@ def test_the_persistent_step_shares_the_tiles_out_evenly():
     assert all((n // 16) % g == 0 for n, g in grids.items())  # 1, 2, 4 and 16 tiles a block
 
 
-def test_the_persistent_step_streams_several_tiles_a_block(emu_dir, numpy_as_cupy):
-    """07 on fewer blocks than tiles (the study's shapes give a block 3 to 61 tiles on an H200,
-    the emulated ones only one): each block's stream runs across tiles, groups a warp left
-    idle in a tile (K / 128 not a multiple of the warps) included, at every batch tile."""
-    v = STUDY.variant("07_mma_persistent")
+@pytest.mark.parametrize("vid", ["07_mma_persistent", "10_ring_persistent"])
+def test_the_persistent_step_streams_several_tiles_a_block(emu_dir, numpy_as_cupy, vid):
+    """07 and 10 on fewer blocks than tiles (the study's shapes give a block 3 to 61 tiles on an
+    H200, the emulated ones only one): each block's stream runs across tiles, groups or chunks
+    a warp left idle in a tile (K / 128 not a multiple of the warps) and 10's half chunk (an
+    odd number of groups) included, at every batch tile."""
+    v = STUDY.variant(vid)
     tol = W4.tolerance({}, "bfloat16")
     for (M, N, K), grid in [((1, 70, 256), 2), ((3, 100, 1152), 3), ((16, 37, 128), 1)]:
         sizes = {"M": M, "N": N, "K": K}
@@ -338,7 +348,7 @@ def test_the_persistent_step_streams_several_tiles_a_block(emu_dir, numpy_as_cup
         assert result.rel_err < 4e-3, (sizes, grid, result)
     sizes = {"M": 33, "N": 40, "K": 384}  # two passes over W (batch rows 0-31, then 32)
     case = _emulate(emu_dir, v, sizes, grid=2)
-    assert W4.check(case, tol, "w4a16/07 at 33x40x384 (emulated)").rel_err < 4e-3
+    assert W4.check(case, tol, f"w4a16/{vid} at 33x40x384 (emulated)").rel_err < 4e-3
 
 
 def test_the_emulated_check_fails_kernels_that_skip_rows_or_misread_nibbles(emu_dir, numpy_as_cupy):
