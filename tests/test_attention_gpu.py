@@ -101,7 +101,7 @@ def test_the_tma_steps_are_clean_under_every_sanitizer_tool(tmp_path, variant):
 PROBE = r"""
 #include "fa3.cuh"
 extern "C" __global__ void __launch_bounds__(128, 1)
-probe_pv(const __nv_bfloat16* P, const __nv_bfloat16* V, float* O) {
+PROBE_NAME(const __nv_bfloat16* P, const __nv_bfloat16* V, float* O) {
   extern __shared__ uint8_t smem_raw[];
   uint8_t* sv = reinterpret_cast<uint8_t*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
@@ -147,12 +147,17 @@ def test_the_transposed_b_wgmma_reads_v_as_tma_lays_it_out(tmp_path, keys, d):
         pytest.skip("wgmma needs a Hopper GPU (sm_90a)")
     import cupy as cp
 
-    src = tmp_path / "probe.cu"
+    # a file and a kernel name of each shape's own: in one process, the case after another
+    # once ran the earlier case's kernel (its O matched P.V read with the (16, 64) strides to
+    # 4 decimals), the file and the kernel loaded through CuPy's RawModule by the same names
+    name = f"probe_pv_{keys}_{d}"
+    src = tmp_path / f"{name}.cu"
     src.write_text(PROBE)
-    cubin = tmp_path / "probe.cubin"
+    cubin = tmp_path / f"{name}.cubin"
     subprocess.run(
         ["nvcc", "-gencode=arch=compute_90a,code=sm_90a", "-O3", "-cubin", f"-DPK={keys}",
-         f"-DPD={d}", f"-I{ROOT / 'kernels' / 'attention'}", "-o", str(cubin), str(src)],
+         f"-DPD={d}", f"-DPROBE_NAME={name}", f"-I{ROOT / 'kernels' / 'attention'}",
+         "-o", str(cubin), str(src)],
         check=True, capture_output=True, text=True,
     )  # fmt: skip
     rng = np.random.default_rng(20261202)
@@ -162,7 +167,7 @@ def test_the_transposed_b_wgmma_reads_v_as_tma_lays_it_out(tmp_path, keys, d):
     back = lambda b: (b.astype(np.uint32) << 16).view(np.float32)  # noqa: E731
     pb, vb = bf(p), bf(v)
     out = cp.zeros((64, d), dtype=cp.float32)
-    kern = cp.RawModule(path=str(cubin)).get_function("probe_pv")
+    kern = cp.RawModule(path=str(cubin)).get_function(name)
     smem = keys * d * 2 + 1024
     kern.max_dynamic_shared_size_bytes = smem
     kern((1,), (128,), (cp.asarray(pb), cp.asarray(vb), out), shared_mem=smem)
