@@ -472,6 +472,35 @@ def test_several_variants_in_one_bench_each_get_their_own_verdict(tmp_path):
     assert any(line.startswith("variant") for line in proc.stdout.splitlines()), proc.stdout
 
 
+def test_a_process_runs_each_cubins_own_kernel_where_entry_names_repeat(tmp_path):
+    """kernelbook.launch's loading path (CuPy's RawModule on a cubin's path, then the entry by
+    name) twice in one process: two cubins of the same file name in two folders whose kernels
+    share a name, the first one's module dropped before the second is loaded, as a bench of
+    several candidates does. Each launch must run its own cubin's kernel (the attention P.V
+    probe once ran the previous case's)."""
+    import gc
+
+    import cupy as cp
+
+    got = []
+    for i, value in enumerate((1.5, 2.5)):
+        (tmp_path / str(i)).mkdir()
+        src, cubin = tmp_path / str(i) / "kernel.cu", tmp_path / str(i) / "kernel.cubin"
+        body = f"o[threadIdx.x] = {value}f;"
+        src.write_text(f'extern "C" __global__ void entry(float* o) {{ {body} }}')
+        subprocess.run(
+            ["nvcc", "-cubin", "-arch=native", "-o", str(cubin), str(src)],
+            check=True, capture_output=True, text=True,
+        )  # fmt: skip
+        fn = cp.RawModule(path=str(cubin)).get_function("entry")
+        out = cp.zeros(32, dtype=cp.float32)
+        fn((1,), (32,), (out,))
+        got.append(float(out.get()[0]))
+        del fn
+        gc.collect()
+    assert got == [1.5, 2.5]
+
+
 @pytest.mark.gpu_exclusive
 def test_a_test_that_holds_the_gpu_runs_its_jobs_under_its_lock(tmp_path):
     """The GPU tier on xdist workers: a gpu_exclusive test holds the GPU's lock (no other
