@@ -11,7 +11,7 @@
 //   bytes, a whole L2 line, of each row; 2 KB), copied by cp.async.cg (L2 only) 512 bytes a
 //   warp instruction (4 rows' whole lines), into a slot of the warp's ring of STAGES; STAGES - 1
 //   chunks are in flight while one is computed (6 KB a warp at STAGES = 4), 16 warps an SM
-//   (CG = 4, 256 bytes a row, spills at 128 registers);
+//   (CG = 4, 256 bytes a row, spilled at 128 registers while the scales were floats);
 // - in the slot, row r's 16-byte piece c sits at c ^ 4 (r & 1): a quarter warp's LDS.128 of
 //   the mma pieces (rows g, g + 1, pieces 4 j .. 4 j + 3) hits 8 distinct bank quads;
 // - a lane reads back pieces other lanes copied: cp.async.wait_group, then __syncwarp; and
