@@ -501,6 +501,39 @@ def test_a_process_runs_each_cubins_own_kernel_where_entry_names_repeat(tmp_path
     assert got == [1.5, 2.5]
 
 
+def test_48_kib_of_dynamic_shared_memory_beside_a_static_array_launches_once_opted_in(tmp_path):
+    """A kernel's default dynamic allowance is 48 KiB less its static shared memory: 48 KiB
+    dynamic beside 8 KiB static fails with a bare invalid-argument error unless opted in,
+    which kernelbook.launch does for every launch with dynamic shared memory (w4a16's
+    10_ring_persistent at STAGES = 3 failed so while only launches past 48 KiB were)."""
+    import cupy as cp
+
+    from kernelbook.launch.kernel import allow_dynamic_smem
+
+    src, cubin = tmp_path / "kernel.cu", tmp_path / "kernel.cubin"
+    src.write_text(
+        'extern "C" __global__ void entry(float* o) {\n'
+        "  __shared__ float fixed[2048];\n"
+        "  extern __shared__ float ring[];\n"
+        "  fixed[threadIdx.x] = 1.0f; ring[12287 - threadIdx.x] = 2.0f;\n"
+        "  __syncthreads();\n"
+        "  o[threadIdx.x] = fixed[threadIdx.x] + ring[12287 - threadIdx.x];\n"
+        "}\n"
+    )
+    subprocess.run(
+        ["nvcc", "-cubin", "-arch=native", "-o", str(cubin), str(src)],
+        check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    dynamic = 48 * 1024
+    out = cp.zeros(32, dtype=cp.float32)
+    fn = cp.RawModule(path=str(cubin)).get_function("entry")
+    with pytest.raises(cp.cuda.driver.CUDADriverError, match="INVALID_VALUE"):
+        fn((1,), (32,), (out,), shared_mem=dynamic)
+    allow_dynamic_smem(fn, dynamic)
+    fn((1,), (32,), (out,), shared_mem=dynamic)
+    assert out.get().tolist() == [3.0] * 32
+
+
 @pytest.mark.gpu_exclusive
 def test_a_test_that_holds_the_gpu_runs_its_jobs_under_its_lock(tmp_path):
     """The GPU tier on xdist workers: a gpu_exclusive test holds the GPU's lock (no other

@@ -156,7 +156,7 @@ def runner(
 ) -> Callable:
     """A function that launches the ExKernel ``kernel`` once with ``case``'s arguments on
     the stream ``stream_ptr``, through cuLaunchKernelEx (clusters, tensor maps)."""
-    if launch.smem > 48 * 1024:
+    if launch.smem:  # static and dynamic together count (kernel.allow_dynamic_smem)
         kernel.allow_dynamic_smem(launch.smem)
     driver = _driver()
     maps = []

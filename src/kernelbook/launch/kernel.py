@@ -177,7 +177,7 @@ def kernel_launcher(kernel: Kernel, study: Study, variant: Variant, sizes, case)
         args = (*args, *([np.uint64(0)] * TRITON_HIDDEN_PARAMS))
     pairs = list(zip((kernel.fn, *kernel.then), launches, strict=True))
     for fn, one in pairs:
-        if one.smem > 48 * 1024:
+        if one.smem:  # see allow_dynamic_smem: static and dynamic together count
             try:
                 allow_dynamic_smem(fn, one.smem)
             except Exception as e:
@@ -214,8 +214,13 @@ def device_sm_count() -> int:
 
 
 def allow_dynamic_smem(kernel, nbytes: int) -> None:
-    """Opt a kernel in to more than 48 KiB of dynamic shared memory (a CuPy RawKernel, as
-    RawModule.get_function returns; older CuPy returned a Function with a driver handle)."""
+    """Opt a kernel in to ``nbytes`` of dynamic shared memory (a CuPy RawKernel, as
+    RawModule.get_function returns; older CuPy returned a Function with a driver handle).
+
+    Done for every launch with dynamic shared memory, not only past 48 KiB: a kernel's
+    default allowance is 48 KiB less its static shared memory, so 48 KiB dynamic beside any
+    static array fails at launch with a bare CUDA_ERROR_INVALID_VALUE. Past the device's
+    opt-in limit the attribute itself is refused, which the caller reports by name."""
     if hasattr(kernel, "max_dynamic_shared_size_bytes"):
         kernel.max_dynamic_shared_size_bytes = nbytes
     else:
