@@ -30,6 +30,17 @@
 // well above 09's 50 %; launch__grid_size 264 at N = 28672 on 132 SMs; shared-memory bank
 // conflicts near zero.
 //
+// Measured (published at 71a18de, CUPTI kernel time): refuted. 31.3 us at 1 x 28672 x 4096
+// against 09's 25.2 (0.80x), 115.9 us against 95.5 at 1 x 128256; STAGES = 6 slower still
+// (48.0 us). ncu at 1 x 28672 (quick loop): long-scoreboard stalls fell from 4.6 to 1.0 a
+// issue and bank conflicts to ~0, as meant, but the kernel issues 13.2 M warp instructions
+// against 09's 9.3 M (the copy addressing and predicates of every chunk, a barrier every 2
+// chunks a warp at K = 4096), its 5000 SASS instructions (09: 1144; the loop unrolled by
+// STAGES for M <= 8 and again for the passes) miss in the instruction cache (no-instruction
+// stalls 0.92 a issue against 0.09), and DRAM throughput fell from 49 % to 40 %. Both
+// kernels issue on ~45 % of cycles with the ALU pipe at ~50 %: what limits them is
+// instructions a weight, not how W is read.
+//
 // Sizes: any M, N; K a multiple of 128. Launch: grid (cdiv(tiles, cdiv(tiles, SM_COUNT *
 // BLOCKS_SM)), tiles = cdiv(N, 16)), block (32 * WARPS), dynamic shared memory
 // WARPS * STAGES * CG * 1 KB, static 2 * WARPS * 2 * 4 * 32 floats.
