@@ -264,18 +264,35 @@ POLICY = {
 
 
 def bare_timer(clock, sample):
-    """A Timer without CUDA: its sampling replaced by ``sample(name, tagged)``."""
+    """A Timer without CUDA: each launch replaced by ``sample(name, tagged)``, which gives
+    its event time and the kernels CUPTI is to deliver for it (None: none) at the clock's
+    next collection."""
     t = Timer.__new__(Timer)
     t.policy, t.rule, t.cold = POLICY, stopping.Rule.of(POLICY), False
     t.clock, t.note, t.dropped, t.block_timeout_ns = clock, None, 0, 2 * 10**9
     t.instrument = cupti.instrument("events", clock is not None)
     t.wait_stream = lambda what: None
-    names = {}
+    names, delivered = {}, {}
 
-    def _sample(fn, what, flush, tagged=False):
-        return sample(names.setdefault(fn, what.rsplit("[", 1)[-1].rstrip("]")), tagged)
+    def _launch(fn, what, flush, tag=None):
+        got = sample(names.setdefault(fn, what.rsplit("[", 1)[-1].rstrip("]")), tag is not None)
+        if got is None:
+            return None
+        ev, kernels = got
+        if tag is not None and kernels is not None:
+            delivered[tag] = kernels
+        return ev
 
-    t._sample = _sample
+    t._launch = _launch
+    if clock is not None:
+        warm_up = clock.collect
+
+        def collect():
+            out = {**warm_up(), **delivered}
+            delivered.clear()
+            return out
+
+        clock.collect = collect
     return t
 
 
@@ -317,6 +334,31 @@ def test_kernel_time_is_the_sample_and_events_ride_along():
     assert v.median == pytest.approx(0.0073) and v.event_median == pytest.approx(0.0098)
     assert b.kernels_per_call == 2 and b.kernel_sum_median == pytest.approx(0.0095)
     assert len(v.events) == len(v.samples) == v.n
+
+
+def test_cuptis_buffers_are_flushed_once_a_round_not_once_a_sample():
+    """A forced flush costs the host more than a short sample's GPU work: the timer takes
+    one sample of each function, then collects the round's kernels at once."""
+    order = []
+
+    def sample(name, tagged):
+        order.append(name)
+        return 0.01, KernelTime(0, 7000, 7000, 1)
+
+    clock = StubClock()
+    t = bare_timer(clock, sample)
+    collect = clock.collect
+
+    def counted():
+        order.append("collect")
+        return collect()
+
+    clock.collect = counted
+    st = t.measure(fns(), "t")
+    rounds = st["variant"].n
+    assert st["baseline"].n == rounds and st["variant"].method == "cupti"
+    loop = order[order.index("variant") :]
+    assert loop == ["variant", "baseline", "collect"] * rounds
 
 
 def test_no_kernel_records_at_all_means_the_whole_measurement_is_events():

@@ -11,7 +11,9 @@ the library's Timer, in the modes named on the command line, each in a process o
 
     tools/offline/gpu-host.sh python3 tools/explore/timer_sample_cost.py events cupti ...
 
-Modes (joined by '+'): events (no CUPTI), cupti (the library as it is), and on top of cupti:
+Modes (joined by '+'): events (no CUPTI), cupti (the library's one sample, flushed alone),
+measure (the library's whole loop, Timer.measure, 4 functions a round; with events: on
+events), and on top of cupti:
 sleepy (poll the end event with sleeps from the start instead of spinning 0.5 ms), round
 (flush CUPTI once every 4 samples, as once a round of 4 functions), buf16 (16 KiB activity
 buffers instead of 4 MiB), window (API activity enabled only while a call is tagged).
@@ -77,6 +79,16 @@ def run(mode: str) -> None:
 
     for name, fn in (("cupy", lambda: k((1,), (32,), (a,))), ("torch", torch_op)):
         t = tm.Timer(policy, l2, cp.cuda.get_current_stream(), kernel_clock=tagged)
+        if "measure" in parts:  # the timer's own loop: 4 functions a round, 300 rounds
+            t.policy = {**policy, "min_samples": 300, "max_samples": 300}
+            t.rule = tm.stopping.Rule.of(t.policy)
+            t0 = time.perf_counter()
+            stats = t.measure({f"{name}{i}": fn for i in range(4)}, "measure")
+            dt = (time.perf_counter() - t0) / sum(st.n for st in stats.values())
+            kind = {st.method for st in stats.values()}
+            print(f"{mode} {name}: {dt * 1e3:.3f} ms a sample (Timer.measure, {kind})")
+            t.close()
+            continue
         c, spent, calls, got = t.clock, [0.0], [0], {}
         if c is not None:
             collect = c.collect

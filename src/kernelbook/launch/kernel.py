@@ -60,8 +60,9 @@ def wait_event(event, timeout_s: float, what: str, limit_name: str, spin: bool =
     (the timer's samples, ``kernelbook launch`` under ncu and compute-sanitizer): still
     running after ``timeout_s`` is a Hang (``limit_name`` names the setting in the message);
     an error status (a kernel that faulted leaves the context in a sticky error) is a
-    DeviceFault, reported at once. Polls briefly, then sleeps up to 2 ms between queries
-    (``spin``: never sleeps)."""
+    DeviceFault, reported at once. Polls for 50 us, then sleeps, 50 us more each time up to
+    2 ms, between queries (``spin``: never sleeps). Each query is an API call that CUPTI
+    records while it times a sample, so a long spin costs the host's next flush."""
     start = time.monotonic()
     pause = 0.0
     while True:
@@ -74,7 +75,7 @@ def wait_event(event, timeout_s: float, what: str, limit_name: str, spin: bool =
         elapsed = time.monotonic() - start
         if elapsed > timeout_s:
             raise Hang(f"{what}: still running after {timeout_s:g} s ({limit_name}); hang?")
-        if elapsed > 0.0005 and not spin:
+        if elapsed > 0.00005 and not spin:
             pause = min(0.002, pause + 0.00005)
             time.sleep(pause)
 

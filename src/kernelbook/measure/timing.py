@@ -284,14 +284,14 @@ class Timer:
         limit = float(self.policy["launch_timeout_s"])
         wait_event(event, limit, what, "launch_timeout_s", spin=spin)
 
-    def _sample(
-        self, fn: Callable[[], None], what: str, flush: bool, tagged: bool = False
-    ) -> tuple[float, cupti.KernelTime | None] | None:
+    def _launch(
+        self, fn: Callable[[], None], what: str, flush: bool, tag: int | None = None
+    ) -> float | None:
         """One timed launch of ``fn`` (with the flush before it), queued behind the blocking
-        kernel: (event ms, the GPU work CUPTI recorded for it, when ``tagged``); None when
-        the host took longer than the blocking kernel waits."""
+        kernel, and waited for: its event milliseconds; None when the host took longer than
+        the blocking kernel waits. With ``tag``, what ``fn`` launches (not the flush, not the
+        hold) carries it in CUPTI's records, which the caller collects."""
         flags = self._flags
-        tag = self.clock.next_tag() if tagged else None
         if flags is not None:
             flags.arm()
             with self.stream:
@@ -299,7 +299,7 @@ class Timer:
         if flush:
             self.flush()
         self._start.record(self.stream)
-        if tag is not None:  # only what fn launches carries the tag: not flush, not hold
+        if tag is not None:
             self.clock.push(tag)
             try:
                 fn()
@@ -311,11 +311,20 @@ class Timer:
         if flags is not None:
             flags.release.value = 1
         self.wait(self._end, what)
-        kernels = self.clock.collect().get(tag) if tag is not None else None
         if flags is not None and flags.timed_out.value:
             self.dropped += 1
             return None
-        return self.cp.cuda.get_elapsed_time(self._start, self._end), kernels
+        return self.cp.cuda.get_elapsed_time(self._start, self._end)
+
+    def _sample(
+        self, fn: Callable[[], None], what: str, flush: bool, tagged: bool = False
+    ) -> tuple[float, cupti.KernelTime | None] | None:
+        """One timed launch (``_launch``) and, when ``tagged``, the GPU work CUPTI recorded
+        for it: (event ms, kernels or None); None when the sample was dropped."""
+        tag = self.clock.next_tag() if tagged else None
+        ev = self._launch(fn, what, flush, tag)
+        kernels = self.clock.collect().get(tag) if tag is not None else None
+        return None if ev is None else (ev, kernels)
 
     def run_once(self, fn: Callable[[], None], what: str) -> float:
         """Launch once (no flush), wait (with the hang and fault checks), return the
@@ -423,9 +432,14 @@ class Timer:
         start = time.monotonic()
         misses = 0
         while True:
+            # a round: one sample of each function; CUPTI's buffers are flushed once a round
+            # (a forced flush and its records cost the host more than a short sample's GPU
+            # work: tools/explore/timer_sample_cost.py)
+            taken = []
             for name, fn in runners.items():
-                got = self._sample(fn, f"{what} [{name}]", flush=self.cold, tagged=tagged)
-                if got is None:
+                tag = self.clock.next_tag() if tagged else None
+                ev = self._launch(fn, f"{what} [{name}]", self.cold, tag)
+                if ev is None:
                     misses += 1
                     if misses > 5 and misses > len(samples[name]):
                         raise TimingError(
@@ -435,7 +449,10 @@ class Timer:
                             "timed behind the blocking kernel"
                         )
                     continue
-                ev, kernels = got
+                taken.append((name, ev, tag, time.monotonic()))
+            found = self.clock.collect() if tagged else {}
+            for name, ev, tag, end in taken:
+                kernels = found.get(tag) if tagged else None
                 k = per_launch[name]
                 if tagged:
                     if kernels is None:
@@ -453,7 +470,7 @@ class Timer:
                 else:
                     samples[name].append(ev / k)
                 events[name].append(ev / k)
-                times[name].append(time.monotonic())
+                times[name].append(end)
             verdict = stopping.decide(self.rule, samples, time.monotonic() - start)
             if verdict.stop:
                 break
