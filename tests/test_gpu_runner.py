@@ -98,13 +98,13 @@ def test_gpu_tests_runs_a_file_group_in_one_process(tmp_path):
     proc = subprocess.run(
         ["bash", root / "tools" / "gpu-tests.sh", *pats],
         cwd=root,
-        env={**env, "ONLY": "1"},
+        env={**env, "ONLY": "1", "RUN": "first"},
         capture_output=True,
         text=True,
         timeout=600,
     )
     logs = root / "results" / "logs" / "gpu-tests"
-    rows = [ln.split("\t") for ln in (logs / "summary.tsv").read_text().splitlines()]
+    rows = [ln.split("\t") for ln in (logs / "summary-first.tsv").read_text().splitlines()]
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert [r[0] for r in rows] == [
         "tests/test_attention_gpu.py::test_variant_correct_at_small_and_odd_shapes[15_persistent]",
@@ -117,9 +117,9 @@ def test_gpu_tests_runs_a_file_group_in_one_process(tmp_path):
     assert {(r[1], r[3]) for r in rows} <= want
     # two files, two pytest processes; the attention pair shared one
     assert sorted(p.name for p in logs.glob("*.log")) == [
-        "001-tests_test_attention_gpu.py.log",
-        "002-tests_test_gpu.py.log",
+        "first-001-tests_test_attention_gpu.py.log",
+        "first-002-tests_test_gpu.py.log",
     ]
-    text = (logs / "001-tests_test_attention_gpu.py.log").read_text()
+    text = (logs / "first-001-tests_test_attention_gpu.py.log").read_text()
     assert ("2 passed" if has_gpu() else "2 skipped") in text
     assert "3 tests, 0 failed or not run" in proc.stdout

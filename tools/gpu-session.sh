@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One GPU session, start to end (through tools/gpu-detached.sh where commands are cut short):
 # every study's measured tables in one snakemake invocation on all GPUs, its wall time
-# recorded, then the GPU tests: those that need every GPU alone, the rest split across the
-# GPUs (one runner per GPU), the PRIORITY patterns first (see tools/gpu-tests.sh).
+# recorded, then the GPU tests: those matching the PRIORITY patterns (see tools/gpu-tests.sh)
+# on one GPU, then those that need every GPU alone, then the rest split across the GPUs (one
+# runner per GPU).
 #
 #   tools/gpu-session.sh [PRIORITY...]
 # KERNELBOOK_GIT_COMMIT must name the commit the tree was copied from (the copy's .git may
@@ -26,9 +27,14 @@ rc=$?
 echo "tables${KERNELBOOK_STUDIES:+ $KERNELBOOK_STUDIES}: exit $rc, $(($(date +%s) - t0)) s wall on $ngpu GPU(s), commit $KERNELBOOK_GIT_COMMIT" \
   | tee results/logs/tables-wall.txt
 whole='test_concurrent_jobs_land_on_distinct_gpus|test_negative_controls_caught'
-ONLY=1 tools/offline/gpu-host.sh tools/gpu-tests.sh "$whole"
+skip=$whole
+if [ $# -gt 0 ]; then  # what the change touches, first of all (a cut session has its verdict)
+  RUN=first ONLY=1 SKIP="$whole" tools/offline/gpu-host.sh tools/gpu-tests.sh "$@"
+  skip+=$(printf '|%s' "$@")
+fi
+RUN=whole ONLY=1 tools/offline/gpu-host.sh tools/gpu-tests.sh "$whole"
 for ((g = 0; g < ngpu; g++)); do
-  CUDA_VISIBLE_DEVICES=$g SHARD=$g/$ngpu SKIP="$whole" tools/offline/gpu-host.sh tools/gpu-tests.sh "$@" &
+  CUDA_VISIBLE_DEVICES=$g SHARD=$g/$ngpu SKIP="$skip" tools/offline/gpu-host.sh tools/gpu-tests.sh &
 done
 wait
 cat results/logs/gpu-tests/summary*.tsv | awk -F'\t' '{n++; bad += ($2 != 0)} END {print n " GPU tests, " bad " failed"}'

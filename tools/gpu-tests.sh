@@ -9,7 +9,9 @@
 #   tools/gpu-tests.sh [PRIORITY...]
 #   tools/offline/gpu-host.sh tools/gpu-tests.sh 'test_sanitizer_flags' 'concurrent'
 #
-# ONLY=1 runs the PRIORITY tests alone; SKIP=REGEX leaves out the tests it matches.
+# ONLY=1 runs the PRIORITY tests alone; SKIP=REGEX leaves out the tests it matches. RUN=NAME
+# names this invocation's summary and logs (summary-NAME.tsv, NAME-001-...), so that several
+# invocations of one session (tools/gpu-session.sh) keep theirs apart.
 # With SHARD=i/n in the environment it runs only every n-th group of that order from the
 # i-th (0-based): n runners, each with its own CUDA_VISIBLE_DEVICES, share the list across
 # GPUs.
@@ -37,7 +39,7 @@ done
 [ -z "${SKIP:-}" ] || ordered=$(grep -v -E -- "$SKIP" <<< "$ordered")
 shard=${SHARD:-0/1}
 i=${shard%/*} n=${shard#*/}
-summary=$logs/summary${SHARD:+-$i}.tsv
+summary=$logs/summary${RUN:+-$RUN}${SHARD:+-$i}.tsv
 : > "$summary"
 # groups: runs of consecutive ids of one file, each a line "file<TAB>id id ..."
 groups=$(awk 'NF && !seen[$0]++ {
@@ -50,7 +52,7 @@ g=0
 while IFS=$'\t' read -r file ids; do
   [ -n "$file" ] || continue
   g=$((g + 1))
-  name=$(printf '%03d-%s' "$g" "$file" | tr -c 'A-Za-z0-9_.-' '_' | cut -c1-120)
+  name=$(printf '%s%03d-%s' "${RUN:+$RUN-}" "$g" "$file" | tr -c 'A-Za-z0-9_.-' '_' | cut -c1-120)
   read -r -a sel <<< "$ids"
   t0=$(date +%s)
   # -n 0: the group's tests share one process (and its session fixtures); the lock keeps
