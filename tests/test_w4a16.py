@@ -120,6 +120,7 @@ def test_study_loads_with_both_baselines_and_the_read_roof():
         "03_magic_dequant": [{"ROWS": r, "WARPS": w} for r in (2, 4) for w in (4, 8)],
         "09_offset_mma": [{"MIN_BLOCKS": b, "UNR": u, "WARPS": 4} for u in (2, 4) for b in (4, 5)],
         "10_ring_persistent": [{"STAGES": 3}, {"STAGES": 6}],
+        "11_ring_lean": [{"STAGES": 3}, {"STAGES": 4}],
     }
 
 
@@ -130,8 +131,11 @@ TENSOR_CORE = (
     "w4_cp_async_ring",
     "w4_offset_mma",
     "w4_ring_persistent",
+    "w4_ring_lean",
 )
-PERSISTENT = ("w4_mma_persistent", "w4_ring_persistent")  # 07's grid: tiles shared out evenly
+RINGS = ("w4_ring_persistent", "w4_ring_lean")  # chunks of CG groups through a cp.async ring
+# 07's grid: tiles shared out evenly
+PERSISTENT = ("w4_mma_persistent", *RINGS)
 
 
 @pytest.mark.parametrize("v", BUILT, ids=lambda v: v.id)
@@ -148,7 +152,7 @@ def test_launch_geometry_covers_every_row(v):
         elif v.entry == "w4_cp_async_ring":  # a ring of RING 1 KB slots a warp
             assert L.block == (32 * v.defines["WARPS"], 1, 1)
             assert L.smem == v.defines["WARPS"] * v.defines["RING"] * 1024
-        elif v.entry == "w4_ring_persistent":  # a ring of STAGES chunks of CG KB a warp
+        elif v.entry in RINGS:  # a ring of STAGES chunks of CG KB a warp
             d = v.defines
             assert L.block == (32 * d["WARPS"], 1, 1)
             assert L.smem == d["WARPS"] * d["STAGES"] * d["CG"] * 1024
@@ -194,7 +198,7 @@ def test_kernels_compile_without_spills_and_convert_as_they_say(built, v):
     assert r.function == v.entry
     assert r.spill_store_bytes == 0 and r.spill_load_bytes == 0 and r.stack_bytes == 0, res.log
     ops = set(res.sass)
-    if v.entry in ("w4_cp_async_ring", "w4_ring_persistent"):  # W by cp.async.cg, then LDS.128
+    if v.entry in ("w4_cp_async_ring", *RINGS):  # W by cp.async.cg, then LDS.128
         assert {"LDGSTS.E.BYPASS.128", "LDS.128", "DEPBAR.LE"} <= ops, sorted(ops)
         assert not any(op.startswith("LDG.E") and op.endswith(".128") for op in ops), sorted(ops)
     elif v.entry == "w4_offset_mma":  # W through L2 only: ld.global.nc.L1::no_allocate
@@ -202,7 +206,7 @@ def test_kernels_compile_without_spills_and_convert_as_they_say(built, v):
     else:
         assert "LDG.E.EF.128" in ops, sorted(ops)  # W streamed: 16-byte ld.global.cs
     converts = {op for op in ops if op.startswith("I2F")}
-    if v.entry in ("w4_offset_mma", "w4_ring_persistent"):  # the zero point an mma: no HADD2
+    if v.entry in ("w4_offset_mma", *RINGS):  # the zero point an mma: no HADD2
         assert "HMMA.16816.F32.BF16" in ops and "HADD2.BF16_V2" not in ops, sorted(ops)
         assert not converts and "SHFL.BFLY" not in ops, sorted(ops)
     elif v.entry in TENSOR_CORE:  # tensor cores; nibble pairs by LOP3 and a bf16x2 add
@@ -214,7 +218,10 @@ def test_kernels_compile_without_spills_and_convert_as_they_say(built, v):
             assert not converts, sorted(converts)  # the mantissa trick: no conversion left
         else:
             assert converts, sorted(ops)
-    assert 0 < r.registers <= 65536 // (16 * 32)  # __launch_bounds__: 16 warps an SM
+    # __launch_bounds__: the blocks an SM the variant asks for, else 16 warps an SM
+    d = v.defines
+    warps = d["WARPS"] * d["BLOCKS_SM"] if "BLOCKS_SM" in d else 16
+    assert 0 < r.registers <= 65536 // (warps * 32), (r.registers, warps)
 
 
 def test_the_fused_lop3_step_halves_04s_lop3s_and_changes_nothing_else(built):
@@ -333,12 +340,12 @@ def test_the_persistent_step_shares_the_tiles_out_evenly():
     assert all((n // 16) % g == 0 for n, g in grids.items())  # 1, 2, 4 and 16 tiles a block
 
 
-@pytest.mark.parametrize("vid", ["07_mma_persistent", "10_ring_persistent"])
+@pytest.mark.parametrize("vid", ["07_mma_persistent", "10_ring_persistent", "11_ring_lean"])
 def test_the_persistent_step_streams_several_tiles_a_block(emu_dir, numpy_as_cupy, vid):
-    """07 and 10 on fewer blocks than tiles (the study's shapes give a block 3 to 61 tiles on an
+    """07, 10 and 11 on fewer blocks than tiles (the study's shapes give a block 3 to 61 tiles on an
     H200, the emulated ones only one): each block's stream runs across tiles, groups or chunks
-    a warp left idle in a tile (K / 128 not a multiple of the warps) and 10's half chunk (an
-    odd number of groups) included, at every batch tile."""
+    a warp left idle in a tile (K / 128 not a multiple of the warps) and 10's and 11's half
+    chunk (an odd number of groups, 11's predicated copy) included, at every batch tile."""
     v = STUDY.variant(vid)
     tol = W4.tolerance({}, "bfloat16")
     for (M, N, K), grid in [((1, 70, 256), 2), ((3, 100, 1152), 3), ((16, 37, 128), 1)]:
