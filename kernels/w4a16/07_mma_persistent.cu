@@ -35,6 +35,7 @@
 // 2 * WARPS * 2 * 4 * 32 floats.
 #define W4_FUSED_LOP3 1
 #include "w4mma.cuh"
+#include "w4tiles.cuh"
 
 #ifndef WARPS
 #define WARPS 4
@@ -46,7 +47,7 @@
 #define BLOCKS_SM 4  // blocks an SM: 16 warps, at most 128 registers a thread
 #endif
 
-typedef float Partials2[2][WARPS][2][4][32];  // two tiles' accumulators, lane-major
+typedef W4Partials<WARPS> Partials2;
 
 // y[m0 .. m0 + 8 * MT) of this block's tiles: MT n8 tiles of batch rows, DP groups in flight
 template <int MT, int DP>
@@ -98,29 +99,8 @@ __device__ __forceinline__ void w4_persistent_rows(Partials2& part, int M, int N
         issue(qa[d], qb[d], sa[d], sb[d]);  // the slot's next group, DP steps on
       }
     }
-    // the tile's sum over the warps, and y; one barrier a tile: the other buffer was last
-    // read before this barrier's previous crossing, so the next tile's partials cannot
-    // overwrite what warp 0 reads here
-    float(&p)[WARPS][2][4][32] = part[ti & 1];
-#pragma unroll
-    for (int j = 0; j < MT; ++j)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) p[warp][j][r][lane] = acc[j][r];
-    __syncthreads();
-    if (warp == 0) {
-#pragma unroll
-      for (int j = 0; j < MT; ++j) {
-        float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        for (int w = 0; w < WARPS; ++w)
-#pragma unroll
-          for (int r = 0; r < 4; ++r) s[r] += p[w][j][r][lane];
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int n = n0 + g + (r < 2 ? 0 : 8), m = m0 + 8 * j + 2 * t + r % 2;
-          if (n < N && m < M) y[(size_t)m * N + n] = __float2bfloat16_rn(s[r]);
-        }
-      }
-    }
+    // the tile's sum over the warps, and y; one barrier a tile
+    w4_tile_sum<WARPS, MT>(part, ti, acc, n0, m0, M, N, y);
   }
   __syncthreads();  // before another pass over W (M > 16) writes the partials again
 }

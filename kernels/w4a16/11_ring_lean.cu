@@ -31,6 +31,7 @@
 // WARPS * STAGES * CG * 1 KB, static 2 * WARPS * 2 * 4 * 32 floats.
 #include "../common/cp_async.cuh"
 #include "w4offset.cuh"
+#include "w4tiles.cuh"
 
 #ifndef WARPS
 #define WARPS 4
@@ -49,10 +50,10 @@ static_assert(STAGES >= 2, "a slot in flight beside the one computed");
 
 constexpr int PIECES = 16 * 4 * CG;  // 16-byte pieces a chunk (a slot)
 
-typedef float Partials2[2][WARPS][2][4][32];  // two tiles' accumulators, lane-major
+typedef W4Partials<WARPS> Partials2;
 
 // where piece c of row r of a chunk sits in its slot
-__device__ __forceinline__ int piece(int r, int c) { return r * 4 * CG + (c ^ ((r & 1) << 2)); }
+__device__ __forceinline__ int piece(int r, int c) { return w4_piece<CG>(r, c); }
 
 // y[m0 .. m0 + 8 * MT) of this block's tiles: MT n8 tiles of batch rows
 template <int MT>
@@ -71,16 +72,6 @@ __device__ __forceinline__ void w4_lean_rows(Partials2& part, uint4* ring, int M
   const uint4* wq = reinterpret_cast<const uint4*>(Wq);
   uint4* mine = ring + warp * STAGES * PIECES;
 
-  // a chunk's two scales of rows g and g + 8, as two bf16 in a word (group 2 ci low): one
-  // 32-bit load a row where the rows' scales are 4-byte aligned (an even number of groups),
-  // two 16-bit loads put together otherwise (the issue then waits for them: odd K / 128 only)
-  const unsigned short* sbits = reinterpret_cast<const unsigned short*>(S);
-  auto scales = [&](int n, int gi) -> unsigned {  // the word of groups gi, gi + 1 of row n
-    const size_t i = (size_t)n * groups + gi;
-    if (groups % 2 == 0) return __ldg(reinterpret_cast<const unsigned*>(sbits + i));
-    const unsigned hi = gi + 1 < groups ? __ldg(sbits + i + 1) : 0u;
-    return __ldg(sbits + i) | hi << 16;
-  };
   // a lane's first copy of a whole chunk: row lane / 8 of the chunk, piece lane % 8; its
   // k-th copy is 4 k rows further on, 32 k pieces further on in the slot
   const int lrow = lane / (4 * CG), lpiece = lane % (4 * CG);
@@ -106,8 +97,8 @@ __device__ __forceinline__ void w4_lean_rows(Partials2& part, uint4* ring, int M
     }
     commit_copies();
     const int ra = ln0 + g, rb = ra + 8;
-    s_a = in && ra < N ? scales(ra, ci * CG) : 0u;
-    s_b = in && rb < N ? scales(rb, ci * CG) : 0u;
+    s_a = in && ra < N ? w4_scale_pair(S, ra, ci * CG, groups) : 0u;
+    s_b = in && rb < N ? w4_scale_pair(S, rb, ci * CG, groups) : 0u;
     if (++ls == cpt) ls = 0, ln0 += stride;
   };
   // the scales of the chunks in flight, oldest first: shifted by one a step, so that every
@@ -147,28 +138,8 @@ __device__ __forceinline__ void w4_lean_rows(Partials2& part, uint4* ring, int M
                             gi, M, K, m0, x);
       }
     }
-    if (++us == cpt) {  // the tile's last step: its sum over the warps, and y; one barrier
-      // a tile: the other buffer was last read before this barrier's previous crossing
-      float(&p)[WARPS][2][4][32] = part[ti & 1];
-#pragma unroll
-      for (int j = 0; j < MT; ++j)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) p[warp][j][r][lane] = acc[j][r];
-      __syncthreads();
-      if (warp == 0) {
-#pragma unroll
-        for (int j = 0; j < MT; ++j) {
-          float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-          for (int w = 0; w < WARPS; ++w)
-#pragma unroll
-            for (int r = 0; r < 4; ++r) s[r] += p[w][j][r][lane];
-#pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const int n = n0 + g + (r < 2 ? 0 : 8), m = m0 + 8 * j + 2 * t + r % 2;
-            if (n < N && m < M) y[(size_t)m * N + n] = __float2bfloat16_rn(s[r]);
-          }
-        }
-      }
+    if (++us == cpt) {  // the tile's last step: its sum over the warps, and y
+      w4_tile_sum<WARPS, MT>(part, ti, acc, n0, m0, M, N, y);
 #pragma unroll
       for (int j = 0; j < MT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
       us = 0, n0 += stride, ++ti;
