@@ -22,9 +22,9 @@
 // 10's.
 // Hypothesis: 10's read at about 09's instructions a weight: faster than 09 at both headlines,
 // >= 70 % of the read ceiling at 1 x 28672 x 4096.
-// What ncu should show: ~9-10 M warp instructions at 1 x 28672 x 4096, fewer than 2000 SASS
-// instructions, no-instruction stalls near 09's, long-scoreboard stalls near 10's, DRAM
-// throughput above 09's 49 %.
+// What ncu should show: ~9-10 M warp instructions at 1 x 28672 x 4096, ~2300 SASS
+// instructions (10: 5000; both batch paths), no-instruction stalls near 09's,
+// long-scoreboard stalls near 10's, DRAM throughput above 09's 49 %.
 //
 // Sizes: any M, N; K a multiple of 128. Launch: grid (cdiv(tiles, cdiv(tiles, SM_COUNT *
 // BLOCKS_SM)), tiles = cdiv(N, 16)), block (32 * WARPS), dynamic shared memory

@@ -11,7 +11,7 @@ the library's Timer, in the modes named on the command line, each in a process o
 
     tools/offline/gpu-host.sh python3 tools/explore/timer_sample_cost.py events cupti ...
 
-Modes (joined by '+'): events (no CUPTI), cupti (the library's one sample, flushed alone),
+Modes (joined by '+'): events (no CUPTI), cupti (one timed launch, its records collected alone),
 measure (the library's whole loop, Timer.measure, 4 functions a round; with events: on
 events), and on top of cupti:
 sleepy (poll the end event with sleeps from the start instead of spinning 0.5 ms), round
@@ -104,14 +104,21 @@ def run(mode: str) -> None:
                 return out
 
             c.collect = sparse_collect
+
+        def sample(what, t=t, c=c, fn=fn):  # one timed launch and, on CUPTI, its collection
+            tag = c.next_tag() if tagged else None
+            t._launch(fn, what, True, tag)
+            if tag is not None:
+                c.collect()
+
         for _ in range(20):
-            t._sample(fn, "warm-up", flush=True, tagged=tagged)
+            sample("warm-up")
         n, r0 = 300, c.records if c else 0
         spent[0] = 0.0
         got.clear()
         t0 = time.perf_counter()
         for _ in range(n):
-            t._sample(fn, "sample", flush=True, tagged=tagged)
+            sample("sample")
         dt = (time.perf_counter() - t0) / n
         if c is not None:
             c.collect = collect

@@ -44,9 +44,9 @@ CUPTI, EVENTS, HOST = "cupti", "events", "host"
 
 ENV = "KERNELBOOK_CUPTI"  # "0" turns CUPTI off (events then time every row, and say why)
 # CUPTI's activity buffers: a forced flush hands back the buffer in use and asks for a new
-# one once a round of samples, so a small one costs the host less (16 KiB against 4 MiB:
-# 0.2 to 0.4 ms less a sample on the H200, tools/explore/timer_sample_cost.py); a round with more
-# records than one holds fills several.
+# one, so a small one costs the host less (16 KiB against 4 MiB, a flush after every sample:
+# 0.4 to 0.5 ms less a sample on the H200, tools/explore/timer_sample_cost.py); a round of
+# samples with more records than one holds fills several.
 BUFFER_BYTES = 16 * 1024
 # An activity record whose API call's correlation record has not been seen is kept this
 # many collections (it may arrive in the next flush), then dropped (a kernel nobody tagged:

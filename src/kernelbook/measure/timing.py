@@ -316,21 +316,11 @@ class Timer:
             return None
         return self.cp.cuda.get_elapsed_time(self._start, self._end)
 
-    def _sample(
-        self, fn: Callable[[], None], what: str, flush: bool, tagged: bool = False
-    ) -> tuple[float, cupti.KernelTime | None] | None:
-        """One timed launch (``_launch``) and, when ``tagged``, the GPU work CUPTI recorded
-        for it: (event ms, kernels or None); None when the sample was dropped."""
-        tag = self.clock.next_tag() if tagged else None
-        ev = self._launch(fn, what, flush, tag)
-        kernels = self.clock.collect().get(tag) if tag is not None else None
-        return None if ev is None else (ev, kernels)
-
     def run_once(self, fn: Callable[[], None], what: str) -> float:
         """Launch once (no flush), wait (with the hang and fault checks), return the
         event-timed milliseconds."""
-        t = self._sample(fn, what, flush=False)
-        return t[0] if t is not None else math.nan
+        t = self._launch(fn, what, flush=False)
+        return t if t is not None else math.nan
 
     def _graph(self, fn, what):
         import torch
