@@ -5,6 +5,7 @@ and the new columns of the tables."""
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import sys
 import types
@@ -90,6 +91,7 @@ class FakeCupti:
         self.enabled, self.stack, self.queue, self.flushes = [], [], [], []
         self.callbacks = None
         self.corr = 1000
+        self.ever = set()  # every kind ever enabled
 
     def activity_register_callbacks(self, requested, completed):
         assert self.callbacks is None, "callbacks registered twice"
@@ -97,6 +99,10 @@ class FakeCupti:
 
     def activity_enable(self, kind):
         self.enabled.append(kind)
+        self.ever.add(kind)
+
+    def activity_disable(self, kind):
+        self.enabled.remove(kind)
 
     def activity_push_external_correlation_id(self, kind, ext):
         self.stack.append((kind, ext))
@@ -114,31 +120,67 @@ class FakeCupti:
     def launch(self, *kernels, kind=ActivityKind.CONCURRENT_KERNEL, deliver_kernels=True):
         self.corr += 1
         NS = types.SimpleNamespace
-        for k, ext in self.stack:
-            self.queue.append(
-                NS(kind=self.ActivityKind.EXTERNAL_CORRELATION, external_kind=k,
-                   external_id=ext, correlation_id=self.corr)
-            )  # fmt: skip
-        self.queue.append(NS(kind=self.ActivityKind.DRIVER, correlation_id=self.corr))
-        if deliver_kernels:
+        on = set(self.enabled)
+        if self.ActivityKind.EXTERNAL_CORRELATION in on:
+            for k, ext in self.stack:
+                self.queue.append(
+                    NS(kind=self.ActivityKind.EXTERNAL_CORRELATION, external_kind=k,
+                       external_id=ext, correlation_id=self.corr)
+                )  # fmt: skip
+        if self.ActivityKind.DRIVER in on:
+            self.queue.append(NS(kind=self.ActivityKind.DRIVER, correlation_id=self.corr))
+        if deliver_kernels and kind in on:
             for s, e in kernels:
                 self.queue.append(NS(kind=kind, correlation_id=self.corr, start=s, end=e))
         return self.corr
 
 
-def fake_clock():
+def fake_clock(recording=True):
+    """A clock on the stand-in, recording (as inside a measurement) unless told not to."""
     fake = FakeCupti()
     clk = cupti.Clock(fake)
     clk.start()
+    if recording:
+        fake.block = clk.recording()  # held: the block closes when the fake goes
+        fake.block.__enter__()
     return clk, fake
 
 
-def test_the_clock_enables_concurrent_kernel_driver_runtime_and_correlation_records():
-    _, fake = fake_clock()
+def test_the_clock_records_concurrent_kernel_driver_runtime_and_correlation_while_recording():
+    clk, fake = fake_clock(recording=False)
     K = FakeCupti.ActivityKind
-    assert K.KERNEL not in fake.enabled  # KERNEL would serialise the kernels
-    assert {K.CONCURRENT_KERNEL, K.DRIVER, K.RUNTIME, K.EXTERNAL_CORRELATION} <= set(fake.enabled)
-    assert fake.callbacks[0]()[0] > 0  # a buffer size
+    assert fake.enabled == [] and fake.callbacks[0]()[0] > 0  # attached, no record made yet
+    assert {K.CONCURRENT_KERNEL, K.DRIVER} <= fake.ever  # tried at attach: a refusal shows
+    with clk.recording():
+        assert K.KERNEL not in fake.enabled  # KERNEL would serialise the kernels
+        on = set(fake.enabled)
+        assert {K.CONCURRENT_KERNEL, K.DRIVER, K.RUNTIME, K.EXTERNAL_CORRELATION} <= on
+        with clk.recording():  # nested: the outer block's records go on
+            pass
+        assert set(fake.enabled) == on
+    assert fake.enabled == []
+
+
+def test_nothing_outside_a_measurement_is_recorded_and_its_leftovers_are_dropped():
+    """Set-up and references run unrecorded (a CUPTI buffer that fills hands itself back on
+    CUPTI's own thread, which waited on the GIL while a CUDA call held it: a hang)."""
+    clk, fake = fake_clock(recording=False)
+    for _ in range(100):
+        fake.launch((0, US))  # the correctness check, inputs, references
+    assert fake.queue == []
+    with clk.recording():
+        tag = clk.next_tag()
+        clk.push(tag)
+        fake.launch((5 * US, 9 * US))
+        clk.pop()
+        assert clk.collect()[tag].span_ns == 4 * US
+        clk.push(tag2 := clk.next_tag())
+        fake.launch((10 * US, 12 * US))  # recorded, never collected in the block
+        clk.pop()
+    assert fake.flushes[-1] == FakeCupti.ActivityFlag.FLUSH_FORCED
+    with clk.recording():
+        assert clk.collect() == {}  # the last block's records went with it
+    assert tag2 != tag
 
 
 def test_the_clock_attributes_kernels_to_the_tagged_call_only():
@@ -301,7 +343,7 @@ class StubClock:
 
     def __init__(self, silent=()):
         self.silent, self.tags, self.current = set(silent), iter(range(1, 10**6)), []
-        self.pushed = []
+        self.pushed, self.on, self.blocks = [], False, 0
 
     def next_tag(self):
         return next(self.tags)
@@ -313,7 +355,17 @@ class StubClock:
         pass
 
     def collect(self):
+        assert self.on, "collected outside a recording"
         return {t: KernelTime(0, 1, 1, 1) for t in self.pushed}
+
+    @contextlib.contextmanager
+    def recording(self):
+        self.on = True
+        self.blocks += 1
+        try:
+            yield self
+        finally:
+            self.on = False
 
 
 def fns():
@@ -321,14 +373,17 @@ def fns():
 
 
 def test_kernel_time_is_the_sample_and_events_ride_along():
+    clock = StubClock()
+
     def sample(name, tagged):
-        assert tagged
+        assert tagged and clock.on  # every sample inside the measurement's recording
         ev = 0.0098 if name == "variant" else 0.0120
         span = ev - 0.0025
         ns = round(span * 1e6)
         return ev, KernelTime(0, ns, ns, 2 if name == "baseline" else 1)
 
-    st = bare_timer(StubClock(), sample).measure(fns(), "t")
+    st = bare_timer(clock, sample).measure(fns(), "t")
+    assert clock.blocks == 1 and not clock.on  # one recording, closed with the measurement
     v, b = st["variant"], st["baseline"]
     assert v.method == b.method == "cupti" and v.note is None
     assert v.median == pytest.approx(0.0073) and v.event_median == pytest.approx(0.0098)

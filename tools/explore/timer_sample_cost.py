@@ -19,6 +19,7 @@ sleepy (poll the end event with sleeps from the start instead of spinning 0.5 ms
 buffers instead of 4 MiB), window (API activity enabled only while a call is tagged).
 """
 
+import contextlib
 import subprocess
 import sys
 import time
@@ -35,6 +36,8 @@ def run(mode: str) -> None:
     parts = set(mode.split("+"))
     if "buf16" in parts:
         kc.BUFFER_BYTES = 16 * 1024
+    if "buf4m" in parts:
+        kc.BUFFER_BYTES = 4 * 1024 * 1024
     if "sleepy" in parts:
 
         def wait_event(event, timeout_s, what, limit_name, spin=False):
@@ -111,15 +114,16 @@ def run(mode: str) -> None:
             if tag is not None:
                 c.collect()
 
-        for _ in range(20):
-            sample("warm-up")
-        n, r0 = 300, c.records if c else 0
-        spent[0] = 0.0
-        got.clear()
-        t0 = time.perf_counter()
-        for _ in range(n):
-            sample("sample")
-        dt = (time.perf_counter() - t0) / n
+        with contextlib.nullcontext() if c is None else c.recording():
+            for _ in range(20):
+                sample("warm-up")
+            n, r0 = 300, c.records if c else 0
+            spent[0] = 0.0
+            got.clear()
+            t0 = time.perf_counter()
+            for _ in range(n):
+                sample("sample")
+            dt = (time.perf_counter() - t0) / n
         if c is not None:
             c.collect = collect
             detail = (f"{spent[0] / n * 1e3:.3f} in collect, {(c.records - r0) / n:.1f} CUPTI "

@@ -20,7 +20,8 @@ DRIVER as well as RUNTIME records (cuBLAS and CuPy launch through the driver API
 the API records there are no external correlation records); the buffer callbacks are
 registered once per process (``clock()`` is a process-wide singleton); one CUPTI client at a
 time (no torch.profiler inside a bench job: CUPTI then fails to attach and the rows say
-so); the activity buffers are flushed (forced) after each sample's synchronisation.
+so); records are made only while a measurement runs (``Clock.recording``), and the activity
+buffers are flushed (forced) once a round of samples, after its synchronisations.
 
 Where CUPTI cannot attach (cupti-python not installed, a host that restricts profiling to
 administrators, another profiler already attached, ``KERNELBOOK_CUPTI=0``), ``clock()`` is
@@ -33,6 +34,7 @@ are pure functions, tested without a GPU.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import threading
@@ -43,11 +45,16 @@ from dataclasses import dataclass
 CUPTI, EVENTS, HOST = "cupti", "events", "host"
 
 ENV = "KERNELBOOK_CUPTI"  # "0" turns CUPTI off (events then time every row, and say why)
-# CUPTI's activity buffers: a forced flush hands back the buffer in use and asks for a new
-# one, so a small one costs the host less (16 KiB against 4 MiB, a flush after every sample:
-# 0.4 to 0.5 ms less a sample on the H200, tools/explore/timer_sample_cost.py); a round of
-# samples with more records than one holds fills several.
-BUFFER_BYTES = 16 * 1024
+# CUPTI's activity buffers. A full buffer is handed back on CUPTI's own worker thread, whose
+# Python callback then waits for the GIL; a CUDA call made under the GIL meanwhile (CuPy's
+# random set-up) can wait on CUPTI in turn, and the process hangs: on the H200, 16 KiB
+# buffers hung a bench job's correctness check every time. So records are made only while a
+# measurement runs (Clock.recording) and a buffer holds far more than one round of samples
+# between two collections (~50 to ~70 records a sample: tools/explore/timer_sample_cost.py),
+# so that only a forced flush, on the timer's own thread, ever hands one back. A forced
+# flush costs the host more the larger the buffer (about 0.3 ms a flush from 16 KiB to
+# 4 MiB), once a round.
+BUFFER_BYTES = 512 * 1024
 # An activity record whose API call's correlation record has not been seen is kept this
 # many collections (it may arrive in the next flush), then dropped (a kernel nobody tagged:
 # the blocking kernel, the flush, input set-up).
@@ -191,6 +198,7 @@ class Clock:
         self.records = 0  # every record CUPTI delivered (API records included)
         self.version = _version()
         self._tags = itertools.count(1)
+        self._recording = False
 
     # -- CUPTI's buffer callbacks (CUPTI's thread, or the flushing one) ------------------
     def _requested(self):
@@ -222,9 +230,41 @@ class Clock:
     )
 
     def start(self) -> None:
+        """Attach: register the buffer callbacks, and enable each kind once and disable it
+        again, so that a host that refuses (profiling restricted to administrators, another
+        client) says so here. No record is made until ``recording``."""
         self._c.activity_register_callbacks(self._requested, self._completed)
-        for kind in self.KINDS:
-            self._c.activity_enable(getattr(self._c.ActivityKind, kind))
+        kinds = [getattr(self._c.ActivityKind, k) for k in self.KINDS]
+        for kind in kinds:
+            self._c.activity_enable(kind)
+        for kind in kinds:
+            self._c.activity_disable(kind)
+
+    @contextlib.contextmanager
+    def recording(self):
+        """Records made inside the block only (a measurement: its warm-up and its samples):
+        the kinds enabled on entry, disabled on exit, and what arrived after the last
+        ``collect`` dropped. Set-up and reference code run unrecorded, so no buffer fills
+        behind the timer's back (see BUFFER_BYTES). Nested blocks share the outer one."""
+        if self._recording:
+            yield self
+            return
+        kinds = [getattr(self._c.ActivityKind, k) for k in self.KINDS]
+        self._recording = True
+        try:
+            for kind in kinds:
+                self._c.activity_enable(kind)
+            yield self
+        finally:
+            self._recording = False
+            try:
+                for kind in kinds:
+                    self._c.activity_disable(kind)
+                self._c.activity_flush_all(self._forced)
+            finally:
+                with self._lock:
+                    self._corr, self._acts = [], []
+                self._unmatched = []
 
     # -- the timer's side ---------------------------------------------------------------
     def next_tag(self) -> int:

@@ -389,7 +389,8 @@ class Timer:
         if self.clock is None:
             return self._measure(fns, what, False, self.note)
         try:
-            return self._measure(fns, what, True, None)
+            with self.clock.recording():
+                return self._measure(fns, what, True, None)
         except _NoKernels as e:
             return self._measure(fns, what, False, str(e))
 
