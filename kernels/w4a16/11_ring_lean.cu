@@ -25,6 +25,16 @@
 // What ncu should show: ~9-10 M warp instructions at 1 x 28672 x 4096, ~2300 SASS
 // instructions (10: 5000; both batch paths), no-instruction stalls near 09's,
 // long-scoreboard stalls near 10's, DRAM throughput above 09's 49 %.
+// Measured (H200; quick loop at b452985, ncu at 6f63531, both at 1 x 28672 x 4096): refuted.
+// 30.3 us at STAGES 3 (31.7 at 4) against 09's 25.2 (0.83x), 54.0 against 51.6 at
+// 16 x 28672, 114.2 against 95.8 at 1 x 128256. ncu: 12.1 M warp instructions (09: 9.3 M,
+// 10: 13.2 M), no-instruction stalls 0.18 a issue (10: 1.11) and long-scoreboard 0.89 (09:
+// 4.67): what the step set out to fix, it fixed. But DRAM throughput 42.7 % (09: 49.0 %):
+// 166 registers a thread (the kernel's both batch paths are one function, so M = 1 pays
+// the M > 8 path's registers) hold it to 3 blocks an SM, 10.4 warps active a cycle against
+// 09's 18.1: fewer warps, and fewer reads in flight, to cover DRAM's latency. 09's plain
+// loads, 5 blocks of 96 registers, stay ahead. Next: the batch paths as two kernels (88
+// registers at M <= 8 would allow 5 blocks).
 //
 // Sizes: any M, N; K a multiple of 128. Launch: grid (cdiv(tiles, cdiv(tiles, SM_COUNT *
 // BLOCKS_SM)), tiles = cdiv(N, 16)), block (32 * WARPS), dynamic shared memory
