@@ -415,6 +415,7 @@ def _time_size(b: Bench, kernel, variant, s, checked, blank, samples=None) -> di
     study, problem = b.study, b.problem
     result, _, reference = checked
     where = b.where(variant, s)
+    began = time.monotonic()
     # the same seeded inputs as the check's; its reference comes back instead of a second
     # float64 computation
     case = problem.setup(
@@ -442,11 +443,19 @@ def _time_size(b: Bench, kernel, variant, s, checked, blank, samples=None) -> di
         reference = _read_launcher if study.bandwidth_reference == "read" else _copy_launcher
         fns["copy"] = reference(b, nbytes)
     dropped = b.timer.dropped
+    sampling = time.monotonic()
     try:
         with b.sampler:
             stats = b.timer.measure(fns, where)
     except DeviceFault as e:
         raise Crash(str(e)) from None
+    # where a size's timing_s goes: inputs and baselines (their checks) against the samples
+    took = time.monotonic() - sampling
+    rounds = max(st.n for st in stats.values())
+    spent = (
+        f"set-up {sampling - began:.2f} s, sampling {took:.2f} s: {rounds} rounds of "
+        f"{len(fns)}, {took / rounds * 1e3:.1f} ms a round"
+    )
     env = b.sampler.summary()
     if samples is not None:
         samples += _sample_rows(b, variant, problem.label(s), stats)
@@ -522,6 +531,7 @@ def _time_size(b: Bench, kernel, variant, s, checked, blank, samples=None) -> di
         f"{study.baseline} {bl.median:.4f} ms ({_beside(bl)}, "
         f"{bl.kernels_per_call or '-'} kernels) -> {row['pct_of_baseline']:.1f} %"
         + "".join(f", {n} {stats['baseline:' + n].median:.4f} ms" for n in extras)
+        + f" [{spent}]"
         + flag
         + (f" [{v.note}]" if v.note else "")
     )
