@@ -92,6 +92,7 @@ class FakeCupti:
         self.callbacks = None
         self.corr = 1000
         self.ever = set()  # every kind ever enabled
+        self.api_off = []  # (driver or runtime, cbid, enable) per call
 
     def activity_register_callbacks(self, requested, completed):
         assert self.callbacks is None, "callbacks registered twice"
@@ -103,6 +104,23 @@ class FakeCupti:
 
     def activity_disable(self, kind):
         self.enabled.remove(kind)
+
+    class driver_api_trace_cbid(enum.IntEnum):
+        cuLaunchKernel = 307
+        cuEventQuery = 127
+        cuEventRecord = 128
+
+    class runtime_api_trace_cbid(enum.IntEnum):
+        cudaLaunchKernel_v7000 = 211
+        cudaEventQuery_v3020 = 137
+
+    def activity_enable_driver_api(self, cbid, enable):
+        assert self.ActivityKind.DRIVER in self.enabled, "the kind resets it: enable it first"
+        self.api_off.append(("driver", cbid, enable))
+
+    def activity_enable_runtime_api(self, cbid, enable):
+        assert self.ActivityKind.RUNTIME in self.enabled, "the kind resets it: enable it first"
+        self.api_off.append(("runtime", cbid, enable))
 
     def activity_push_external_correlation_id(self, kind, ext):
         self.stack.append((kind, ext))
@@ -159,6 +177,23 @@ def test_the_clock_records_concurrent_kernel_driver_runtime_and_correlation_whil
             pass
         assert set(fake.enabled) == on
     assert fake.enabled == []
+
+
+def test_the_waits_on_events_leave_no_record_while_launches_do():
+    """The timer's polls of its end event were most of a sample's records: a measurement
+    turns their records off (after the kinds, which reset them), never a launch's."""
+    clk, fake = fake_clock(recording=False)
+    D, R = FakeCupti.driver_api_trace_cbid, FakeCupti.runtime_api_trace_cbid
+    with clk.recording():
+        off = {(api, int(cbid)) for api, cbid, enable in fake.api_off if not enable}
+    assert {("driver", D.cuEventQuery), ("driver", D.cuEventRecord)} <= off
+    assert ("runtime", R.cudaEventQuery_v3020) in off
+    assert ("driver", D.cuLaunchKernel) not in off
+    assert ("runtime", R.cudaLaunchKernel_v7000) not in off
+    assert all(not enable for _, _, enable in fake.api_off)
+    fake.api_off.clear()
+    with clk.recording():  # again each time: enabling the kinds undid it
+        assert len(fake.api_off) == 3
 
 
 def test_nothing_outside_a_measurement_is_recorded_and_its_leftovers_are_dropped():

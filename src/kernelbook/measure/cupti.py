@@ -56,6 +56,21 @@ ENV = "KERNELBOOK_CUPTI"  # "0" turns CUPTI off (events then time every row, and
 # 4 MiB measured 1.00, 1.16 and 0.97 ms a sample of a CuPy kernel, 1.40, 1.49 and 1.56 ms
 # of a torch op (H200, b452985); the records themselves are most of a flush's cost.
 BUFFER_BYTES = 512 * 1024
+# API calls that only wait on or stamp the stream (the timer's polls of its end event, its
+# events): their records are never needed (no GPU work hangs on them) and were most of a
+# sample's ~50 to ~70 records, each one parsed in Python at the flush. Recorded no more,
+# per callback id, once the kinds are on (enabling a kind resets its per-call settings).
+QUIET_DRIVER = (
+    "cuEventQuery", "cuEventSynchronize", "cuEventElapsedTime", "cuEventElapsedTime_v2",
+    "cuEventRecord", "cuEventRecord_ptsz", "cuEventRecordWithFlags",
+    "cuEventRecordWithFlags_ptsz", "cuStreamQuery", "cuStreamQuery_ptsz",
+)  # fmt: skip
+QUIET_RUNTIME = (
+    "cudaEventQuery_v3020", "cudaEventSynchronize_v3020", "cudaEventElapsedTime_v3020",
+    "cudaEventElapsedTime_v12080", "cudaEventElapsedTime_v2_v12080", "cudaEventRecord_v3020",
+    "cudaEventRecord_ptsz_v7000", "cudaEventRecordWithFlags_v11010",
+    "cudaEventRecordWithFlags_ptsz_v11010", "cudaStreamQuery_v3020", "cudaStreamQuery_ptsz_v7000",
+)  # fmt: skip
 # An activity record whose API call's correlation record has not been seen is kept this
 # many collections (it may arrive in the next flush), then dropped (a kernel nobody tagged:
 # the blocking kernel, the flush, input set-up).
@@ -255,6 +270,7 @@ class Clock:
         try:
             for kind in kinds:
                 self._c.activity_enable(kind)
+            self._quiet()
             yield self
         finally:
             self._recording = False
@@ -266,6 +282,22 @@ class Clock:
                 with self._lock:
                     self._corr, self._acts = [], []
                 self._unmatched = []
+
+    def _quiet(self) -> None:
+        """No records for the API calls of QUIET_DRIVER and QUIET_RUNTIME (those this
+        cupti-python names)."""
+        c = self._c
+        for table, names, enable in (
+            ("driver_api_trace_cbid", QUIET_DRIVER, "activity_enable_driver_api"),
+            ("runtime_api_trace_cbid", QUIET_RUNTIME, "activity_enable_runtime_api"),
+        ):
+            ids, switch = getattr(c, table, None), getattr(c, enable, None)
+            if ids is None or switch is None:
+                continue
+            for name in names:
+                cbid = getattr(ids, name, None)
+                if cbid is not None:
+                    switch(int(cbid), 0)
 
     # -- the timer's side ---------------------------------------------------------------
     def next_tag(self) -> int:
