@@ -15,8 +15,9 @@ Modes (joined by '+'): events (no CUPTI), cupti (one timed launch, its records c
 measure (the library's whole loop, Timer.measure, 4 functions a round; with events: on
 events), and on top of cupti:
 sleepy (poll the end event with sleeps from the start instead of spinning 0.5 ms), round
-(flush CUPTI once every 4 samples, as once a round of 4 functions), buf16 (16 KiB activity
-buffers instead of 4 MiB), window (API activity enabled only while a call is tagged).
+(flush CUPTI once every 4 samples, as once a round of 4 functions), buf16 and buf4m (16 KiB
+or 4 MiB activity buffers instead of cupti.BUFFER_BYTES), window (API activity enabled only
+while a call is tagged).
 """
 
 import contextlib

@@ -214,6 +214,7 @@ class Clock:
         self.records = 0  # every record CUPTI delivered (API records included)
         self.version = _version()
         self._tags = itertools.count(1)
+        self._kinds = [getattr(c.ActivityKind, k) for k in self.KINDS]
         self._recording = False
 
     # -- CUPTI's buffer callbacks (CUPTI's thread, or the flushing one) ------------------
@@ -250,10 +251,9 @@ class Clock:
         again, so that a host that refuses (profiling restricted to administrators, another
         client) says so here. No record is made until ``recording``."""
         self._c.activity_register_callbacks(self._requested, self._completed)
-        kinds = [getattr(self._c.ActivityKind, k) for k in self.KINDS]
-        for kind in kinds:
+        for kind in self._kinds:
             self._c.activity_enable(kind)
-        for kind in kinds:
+        for kind in self._kinds:
             self._c.activity_disable(kind)
 
     @contextlib.contextmanager
@@ -265,17 +265,16 @@ class Clock:
         if self._recording:
             yield self
             return
-        kinds = [getattr(self._c.ActivityKind, k) for k in self.KINDS]
         self._recording = True
         try:
-            for kind in kinds:
+            for kind in self._kinds:
                 self._c.activity_enable(kind)
             self._quiet()
             yield self
         finally:
             self._recording = False
             try:
-                for kind in kinds:
+                for kind in self._kinds:
                     self._c.activity_disable(kind)
                 self._c.activity_flush_all(self._forced)
             finally:
