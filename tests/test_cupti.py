@@ -15,7 +15,7 @@ import pytest
 from kernelbook import tables
 from kernelbook.measure import cupti, stopping
 from kernelbook.measure.cupti import KernelTime, kernel_times
-from kernelbook.measure.timing import Stats, Timer
+from kernelbook.measure.timing import QUEUE_LAUNCHES, Stats, Timer, TimingError
 
 US = 1000  # ns
 
@@ -340,27 +340,35 @@ POLICY = {
 }  # fmt: skip
 
 
-def bare_timer(clock, sample):
-    """A Timer without CUDA: each launch replaced by ``sample(name, tagged)``, which gives
-    its event time and the kernels CUPTI is to deliver for it (None: none) at the clock's
-    next collection."""
+def bare_timer(clock, sample, batch_ms=0.0, round_ms=1.0):
+    """A Timer without CUDA: each queued call replaced by ``sample(name, tagged)``, which
+    gives its event time and the kernels CUPTI is to deliver for it (None: none) at the
+    clock's next collection, or None for a batch the blocking kernel timed out on. A batch's
+    GPU span is ``round_ms`` a round; ``batch_ms`` is the policy's."""
     t = Timer.__new__(Timer)
     t.policy, t.rule, t.cold = POLICY, stopping.Rule.of(POLICY), False
     t.clock, t.note, t.dropped, t.block_timeout_ns = clock, None, 0, 2 * 10**9
     t.instrument = cupti.instrument("events", clock is not None)
     t.wait_stream = lambda what: None
-    names, delivered = {}, {}
+    t.batch_ms, t.batch_span_ms, t.batches = batch_ms, 0.0, []
+    delivered = {}
 
-    def _launch(fn, what, flush, tag=None):
-        got = sample(names.setdefault(fn, what.rsplit("[", 1)[-1].rstrip("]")), tag is not None)
-        if got is None:
-            return None
-        ev, kernels = got
-        if tag is not None and kernels is not None:
-            delivered[tag] = kernels
-        return ev
+    def _take(items, flush):
+        got, width = [], len({what for what, _, _ in items})
+        t.batches.append(len(items))
+        for what, _, tag in items:
+            one = sample(what.rsplit("[", 1)[-1].rstrip("]"), tag is not None)
+            if one is None:
+                t.dropped += len(items)
+                return None
+            ev, kernels = one
+            if tag is not None and kernels is not None:
+                delivered[tag] = kernels
+            got.append(ev)
+        t.batch_span_ms = round_ms * len(items) / width
+        return got
 
-    t._launch = _launch
+    t._take = _take
     if clock is not None:
         warm_up = clock.collect
 
@@ -426,9 +434,9 @@ def test_kernel_time_is_the_sample_and_events_ride_along():
     assert len(v.events) == len(v.samples) == v.n
 
 
-def test_cuptis_buffers_are_flushed_once_a_round_not_once_a_sample():
-    """A forced flush costs the host more than a short sample's GPU work: the timer takes
-    one sample of each function, then collects the round's kernels at once."""
+def test_cuptis_buffers_are_flushed_once_a_batch_not_once_a_sample():
+    """A forced flush costs the host more than a short sample's GPU work: the timer queues a
+    batch of rounds, one sample of each function a round, then collects its kernels at once."""
     order = []
 
     def sample(name, tagged):
@@ -436,7 +444,7 @@ def test_cuptis_buffers_are_flushed_once_a_round_not_once_a_sample():
         return 0.01, KernelTime(0, 7000, 7000, 1)
 
     clock = StubClock()
-    t = bare_timer(clock, sample)
+    t = bare_timer(clock, sample, batch_ms=4.0, round_ms=1.0)
     collect = clock.collect
 
     def counted():
@@ -448,7 +456,55 @@ def test_cuptis_buffers_are_flushed_once_a_round_not_once_a_sample():
     rounds = st["variant"].n
     assert st["baseline"].n == rounds and st["variant"].method == "cupti"
     loop = order[order.index("variant") :]
-    assert loop == ["variant", "baseline", "collect"] * rounds
+    # the first batch is one round; then 4 ms of GPU time at 1 ms a round: four rounds
+    assert loop[:3] == ["variant", "baseline", "collect"]
+    assert loop[3:12] == ["variant", "baseline"] * 4 + ["collect"]
+    assert loop.count("collect") == len(t.batches) and t.batches[:3] == [2, 8, 8]
+
+
+def test_a_batch_fills_batch_ms_within_the_launch_queue_and_max_samples():
+    flip = iter(range(10**6))
+
+    def sample(name, tagged):
+        ns = 1000 + 100 * (next(flip) % 3)  # never quiet enough for the target below
+        return 0.001, KernelTime(0, ns, ns, 3)  # three kernels a call
+
+    # 0.01 ms a round would take 1000 rounds for 10 ms; two functions of 3 kernels, each
+    # with 2 events: 10 launches a round, QUEUE_LAUNCHES // 10 rounds a batch
+    t = bare_timer(StubClock(), sample, batch_ms=10.0, round_ms=0.01)
+    t.rule = stopping.Rule.of({**POLICY, "max_samples": 1000, "target_rse": 1e-9})
+    st = t.measure(fns(), "t")
+    assert t.batches[0] == 2 and max(t.batches) == 2 * (QUEUE_LAUNCHES // 10)
+    assert st["variant"].n == 1000  # the cap, not one sample past it
+    assert st["variant"].stop_reason == "max_samples"
+
+
+def test_without_kernel_counts_a_batch_is_one_round():
+    t = bare_timer(None, lambda name, tagged: (0.01, None), batch_ms=10.0, round_ms=0.01)
+    st = t.measure(fns(), "t")
+    assert st["variant"].method == "events" and set(t.batches) == {2}
+
+
+def test_a_batch_the_blocking_kernel_timed_out_on_is_dropped_whole():
+    calls = {"n": 0}
+
+    def sample(name, tagged):
+        calls["n"] += 1
+        if calls["n"] == 3:  # the second batch's first call: the host took too long
+            return None
+        return 0.01, KernelTime(0, 7000, 7000, 1)
+
+    t = bare_timer(StubClock(), sample, batch_ms=4.0, round_ms=1.0)
+    st = t.measure(fns(), "t")
+    assert t.dropped == 8  # the whole second batch of four rounds
+    assert t.batches[:3] == [2, 8, 2]  # then one round again, to learn the rate anew
+    assert st["variant"].n == st["baseline"].n
+
+
+def test_a_function_that_always_outlasts_the_blocking_kernel_is_an_error():
+    t = bare_timer(StubClock(), lambda name, tagged: None)
+    with pytest.raises(TimingError, match="block_timeout_s"):
+        t.measure(fns(), "t")
 
 
 def test_no_kernel_records_at_all_means_the_whole_measurement_is_events():

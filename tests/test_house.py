@@ -38,6 +38,7 @@ ALLOWED = {
     "slurm": set(),
     "jobserver": set(),
     "runlog": set(),  # imports the library by name (its preload), never from it
+    "ledger": set(),
 }
 
 

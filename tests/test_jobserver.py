@@ -100,6 +100,17 @@ def test_a_served_job_is_the_job_with_its_own_arguments_directory_environment_an
 
 
 @pytest.mark.xdist_group("jobserver")
+def test_a_served_job_that_held_a_gpu_writes_its_ledger_line(tmp_path):
+    """A served job leaves through os._exit, which runs no exit handlers: the child runs the
+    library's own (kernelbook.at_exit) first, so the GPU ledger gets the job's hold."""
+    ledger = tmp_path / "ledger.tsv"
+    r = _run("hold", cwd=tmp_path, KERNELBOOK_GPU_LEDGER=str(ledger))
+    assert r.returncode == 0, r.stderr
+    line = ledger.read_text().split("\t")
+    assert line[3:5] == ["exclusive", "GPU-test"] and line[5].strip() == "hold"
+
+
+@pytest.mark.xdist_group("jobserver")
 def test_a_crash_ends_its_job_alone(tmp_path):
     first = json.loads(_run("echo", cwd=tmp_path).stdout)
     crash = _run("crash", cwd=tmp_path)

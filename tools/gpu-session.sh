@@ -17,15 +17,23 @@ fi
 ngpu=$(nvidia-smi -L | grep -c '^GPU')
 mkdir -p results/logs
 t0=$(date +%s)
-# KERNELBOOK_STUDIES (e.g. "[sgemm]") narrows the run to some studies of config/config.yaml
+# KERNELBOOK_STUDIES (e.g. "[sgemm]") narrows the run to some studies of config/config.yaml;
+# KERNELBOOK_SESSION_TESTS=0 leaves out the GPU tests.
 # Four GPU jobs per GPU: one measures (the GPU's lock, exclusive) while the next ones start
 # (a fork of the job server, kernelbook.jobserver) and wait for the lock, so the GPU does not
 # sit idle between jobs; compute-sanitizer jobs take the lock shared and run side by side.
-tools/offline/gpu-host.sh python3 -m snakemake --cores "$(nproc)" --resources gpu="$((4 * ngpu))" \
+# Every GPU job appends its hold of the GPU's lock to the ledger (kernelbook ledger: busy,
+# shared and idle time, by job).
+KERNELBOOK_GPU_LEDGER="$PWD/results/logs/gpu-ledger.tsv" \
+  tools/offline/gpu-host.sh python3 -m snakemake --cores "$(nproc)" --resources gpu="$((4 * ngpu))" \
   --keep-going tables ${KERNELBOOK_STUDIES:+--config "studies=$KERNELBOOK_STUDIES"}
 rc=$?
 echo "tables${KERNELBOOK_STUDIES:+ $KERNELBOOK_STUDIES}: exit $rc, $(($(date +%s) - t0)) s wall on $ngpu GPU(s), commit $KERNELBOOK_GIT_COMMIT" \
   | tee results/logs/tables-wall.txt
+tools/offline/gpu-host.sh python3 -m kernelbook ledger results/logs/gpu-ledger.tsv --top 20 \
+  | tee results/logs/gpu-ledger.txt
+# KERNELBOOK_SESSION_TESTS=0: the tables only (a session whose GPU tests run apart)
+[ "${KERNELBOOK_SESSION_TESTS:-1}" = 0 ] && exit $rc
 whole='test_concurrent_jobs_land_on_distinct_gpus|test_negative_controls_caught'
 skip=$whole
 if [ $# -gt 0 ]; then  # what the change touches, first of all (a cut session has its verdict)

@@ -10,7 +10,7 @@ The quick loop:
 Published worklogs:
   kernelbook check | publish | render | index | before-after | compare
 The rules' jobs: profile, sanitize, roofline, device, gather, select, stages, meta, gate,
-sanitize-gate (each is one function of the library).
+sanitize-gate (each is one function of the library). A run's GPU time: kernelbook ledger.
 """
 
 from __future__ import annotations
@@ -228,6 +228,16 @@ def cmd_stages(args) -> int:
     return 0
 
 
+def cmd_ledger(args) -> int:
+    from kernelbook import ledger
+
+    if not Path(args.ledger).is_file():
+        print(f"kernelbook ledger: no ledger at {args.ledger}", file=sys.stderr)
+        return 1
+    print(ledger.report(ledger.read(args.ledger), top=args.top))
+    return 0
+
+
 def cmd_select(args) -> int:
     import pandas as pd
 
@@ -437,6 +447,13 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("out")
     s.add_argument("inputs", nargs="*")
     s.set_defaults(fn=cmd_stages)
+
+    s = sub.add_parser(
+        "ledger", help="a run's GPU time from its ledger: held exclusive, shared, idle, by job"
+    )
+    s.add_argument("ledger", help="the file $KERNELBOOK_GPU_LEDGER named during the run")
+    s.add_argument("--top", type=int, default=8, help="longest holds to list")
+    s.set_defaults(fn=cmd_ledger)
 
     s = sub.add_parser("select", help="autotuning: pick the best candidate per size")
     s.add_argument("study")

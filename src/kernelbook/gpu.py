@@ -276,10 +276,62 @@ def acquire_slot(
             uuid = info.uuids[i]
             os.environ["CUDA_VISIBLE_DEVICES"] = uuid
             now = time.monotonic()
+            hold_begins(uuid, shared)
             return Slot(uuid, i, f, asked - kernelbook.STARTED, now - asked)
         if time.monotonic() > deadline:
             raise NoGpu(f"every visible GPU stayed locked for {wait_s:.0f} s ({locks})")
         time.sleep(0.02)
+
+
+# The GPU ledger: where $KERNELBOOK_GPU_LEDGER names a file, each process that held a GPU's
+# lock appends one line when it ends (tab-separated): acquired and released (Unix seconds),
+# pid, exclusive or shared, the GPU's UUID, and the job (its verb, study and variant).
+# tools/gpu-ledger.py says from it how long a run kept its GPUs busy, idle, and with what.
+LEDGER_ENV = "KERNELBOOK_GPU_LEDGER"
+_HOLD: tuple[str, str, float] | None = None
+
+
+def hold_begins(uuid: str, shared: bool) -> None:
+    global _HOLD
+    _HOLD = (uuid, "shared" if shared else "exclusive", time.time())
+
+
+def job_label(argv) -> str:
+    """The job a command line runs, in a few words: its verb, study and variant (options
+    and their values left out; --settings carries the whole config)."""
+    words, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a.startswith("-"):
+            skip = "=" not in a and a not in ("--record-failure",)
+        else:
+            words.append(a)
+    return " ".join(words[:3])
+
+
+def hold_ends() -> None:
+    """Append this process's hold of a GPU to the ledger (once; nothing where no ledger is
+    named or no lock was held), as the process ends (kernelbook.at_exit)."""
+    global _HOLD
+    path = os.environ.get(LEDGER_ENV)
+    if _HOLD is None or not path:
+        return
+    uuid, mode, began = _HOLD
+    _HOLD = None
+    label = job_label(sys.argv[1:]).replace("\t", " ")
+    line = f"{began:.3f}\t{time.time():.3f}\t{os.getpid()}\t{mode}\t{uuid}\t{label}\n"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode())  # one short write: appends do not interleave
+        finally:
+            os.close(fd)
+    except OSError:
+        pass  # the ledger is a record of the run, never a reason for a job to fail
+
+
+kernelbook.at_exit(hold_ends)
 
 
 def take_lock(locks: Path, uuids, shared: bool = False):

@@ -208,6 +208,10 @@ def _child(entry, request: dict, fds: list[int]) -> None:
         status = 1
     finally:
         with contextlib.suppress(Exception):
+            import kernelbook
+
+            kernelbook.at_exit_run()  # os._exit runs no exit handlers
+        with contextlib.suppress(Exception):
             sys.stdout.flush()
             sys.stderr.flush()
         os._exit(status)

@@ -1,5 +1,5 @@
 """Job entry points for tests/test_jobserver.py: what a served job can do (print, fail,
-crash, outlive its client, ask for a server itself)."""
+crash, outlive its client, ask for a server itself, hold a GPU)."""
 
 import json
 import os
@@ -23,6 +23,11 @@ def main(argv):
         with open(argv[1], "w") as f:
             f.write(str(os.getpid()))
         time.sleep(60)
+        return 0
+    if what == "hold":  # as a GPU job does once it has its GPU's lock
+        from kernelbook import gpu
+
+        gpu.hold_begins("GPU-test", shared=False)
         return 0
     if what == "nested":
         from kernelbook import jobserver

@@ -12,8 +12,9 @@ the library's Timer, in the modes named on the command line, each in a process o
     tools/offline/gpu-host.sh python3 tools/explore/timer_sample_cost.py events cupti ...
 
 Modes (joined by '+'): events (no CUPTI), cupti (one timed launch, its records collected alone),
-measure (the library's whole loop, Timer.measure, 4 functions a round; with events: on
-events), and on top of cupti:
+measure (the library's whole loop, Timer.measure, 4 functions a round, in batches of rounds
+behind one blocking kernel; with events: on events; with round1: one round a batch), and on
+top of cupti:
 sleepy (poll the end event with sleeps from the start instead of spinning 0.5 ms), round
 (flush CUPTI once every 4 samples, as once a round of 4 functions), buf16 and buf4m (16 KiB
 or 4 MiB activity buffers instead of cupti.BUFFER_BYTES), window (API activity enabled only
@@ -85,6 +86,8 @@ def run(mode: str) -> None:
         t = tm.Timer(policy, l2, cp.cuda.get_current_stream(), kernel_clock=tagged)
         if "measure" in parts:  # the timer's own loop: 4 functions a round, 300 rounds
             t.policy = {**policy, "min_samples": 300, "max_samples": 300}
+            if "round1" in parts:
+                t.batch_ms = 0.0
             t.rule = tm.stopping.Rule.of(t.policy)
             t0 = time.perf_counter()
             stats = t.measure({f"{name}{i}": fn for i in range(4)}, "measure")

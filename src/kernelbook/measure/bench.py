@@ -428,20 +428,31 @@ def _time_size(b: Bench, kernel, variant, s, checked, blank, samples=None) -> di
     )
     case.reference = {k: b.cp.asarray(v) for k, v in reference.items()}
     run, launch = b.launcher(kernel, variant, s, case)
+    parts = {"inputs": time.monotonic() - began}  # where the set-up goes, for the log
+
+    def part(name, since):
+        parts[name] = time.monotonic() - since
+
+    t = time.monotonic()
     base = problem.baseline(case, study.baseline, study.params)
+    part(study.baseline, t)
     flop, nbytes = problem.cost(s, study.dtype, variant.computes, study.params)
     fns = {"variant": run, "baseline": base.run}
     extras, unavailable = {}, {}
     for n in study.extra_baselines:  # one that cannot run here is named, not fatal
+        t = time.monotonic()
         try:
             extras[n] = problem.baseline(case, n, study.params)
         except Exception as e:  # noqa: BLE001 - a library refusing a shape, say
             unavailable[n] = {"error": f"{type(e).__name__}: {e}"[:500]}
             b.log(f"{where}: baseline {n} not timed: {unavailable[n]['error']}")
+        part(n, t)
     fns.update({"baseline:" + n: e.run for n, e in extras.items()})
     if study.figure_of_merit == "gbps":  # the same bytes copied, or read, beside it
+        t = time.monotonic()
         reference = _read_launcher if study.bandwidth_reference == "read" else _copy_launcher
         fns["copy"] = reference(b, nbytes)
+        part(study.bandwidth_reference, t)
     dropped = b.timer.dropped
     sampling = time.monotonic()
     try:
@@ -453,8 +464,10 @@ def _time_size(b: Bench, kernel, variant, s, checked, blank, samples=None) -> di
     took = time.monotonic() - sampling
     rounds = max(st.n for st in stats.values())
     spent = (
-        f"set-up {sampling - began:.2f} s, sampling {took:.2f} s: {rounds} rounds of "
-        f"{len(fns)}, {took / rounds * 1e3:.1f} ms a round"
+        f"set-up {sampling - began:.2f} s ("
+        + ", ".join(f"{k} {v:.2f}" for k, v in parts.items())
+        + f"), sampling {took:.2f} s: {rounds} rounds of {len(fns)}, "
+        f"{took / rounds * 1e3:.1f} ms a round"
     )
     env = b.sampler.summary()
     if samples is not None:

@@ -1,14 +1,22 @@
 """The measurement loop, written once: warm-up, L2 flush, a blocking kernel, interleaving,
 and the stopping rule (kernelbook.measure.stopping).
 
-No host time is counted in a sample. Before each sample a *blocking kernel* (one thread)
-is queued that spins on a flag in pinned, device-mapped host memory; behind it the L2 flush,
-the start event, the launch(es) being timed and the end event are queued; then the host
-releases the flag. The GPU runs flush, start event, launch and end event back to back, so
-the interval between the events never holds a gap while the host was still launching (the
-technique of nvbench's blocking kernel). Without it, a flush that ends before the host has
-launched the kernel charges the host's launch time to the kernel: a torch call costs more
-host time than a CuPy launch, so a torch baseline would be charged more than the variant.
+No host time is counted in a sample. Before each batch of samples a *blocking kernel* (one
+thread) is queued that spins on a flag in pinned, device-mapped host memory; behind it, for
+each sample, the L2 flush, the start event, the launch(es) being timed and the end event are
+queued; then the host releases the flag. The GPU runs every flush, event and launch back to
+back, so the interval between a sample's events never holds a gap while the host was still
+launching (the technique of nvbench's blocking kernel). Without it, a flush that ends before
+the host has launched the kernel charges the host's launch time to the kernel: a torch call
+costs more host time than a CuPy launch, so a torch baseline would be charged more than the
+variant.
+
+A batch holds whole rounds (one sample of each function), as many as fill ``batch_ms`` of
+GPU time (within QUEUE_LAUNCHES), and is waited for, and its CUPTI records collected, once:
+a synchronisation, a wait and a flush of CUPTI's buffers a sample cost the host ~1 to 2 ms
+(tools/explore/timer_sample_cost.py), many times a short kernel's GPU time, and a
+measurement's wall time, which the stopping rule's min_time_s bounds from below, was mostly
+that. Each sample keeps its own flush before it and its own events and kernel records.
 
 With ``cache: cold`` the flush *reads* a buffer twice the size of the device's L2 before
 each sample: every line a previous launch left (dirty ones are written back during the
@@ -27,7 +35,7 @@ its calls (kernelbook.measure.host); no blocking kernel, no flush, no CUPTI, no 
 
 The functions of a measurement (variant, baseline, copy) are sampled alternately, so all
 see the same clocks and temperature, and "% of baseline" is a ratio measured side by side.
-The blocking kernel gives up after ``block_timeout_s``; a sample whose queueing took longer
+The blocking kernel gives up after ``block_timeout_s``; a batch whose queueing took longer
 (a function that synchronises with the host cannot be covered) is dropped, and a function
 that never fits is an error rather than a silently biased number.
 """
@@ -171,6 +179,13 @@ extern "C" __global__ void kb_flush(const int4* __restrict__ buf, unsigned long 
 
 _MODULE = None
 
+# A batch of samples: the GPU time it aims at (config timing.batch_ms), and the most launches
+# (kernels, flushes, events) queued behind one blocking kernel. CUDA queues about a thousand
+# launches a stream before a launch blocks the host, and a host blocked behind the spinning
+# blocking kernel would wait for its timeout.
+BATCH_MS = 10.0
+QUEUE_LAUNCHES = 256
+
 
 def _device_module():
     global _MODULE
@@ -244,7 +259,10 @@ class Timer:
         self._flush_kernel = mod.get_function("kb_flush") if self.cold else None
         sms = device_sm_count()
         self._flush_grid = (sms * 4,)
-        self._start, self._end = cp.cuda.Event(), cp.cuda.Event()
+        self._event_pairs: list = []  # (start, end) events of each call of a batch
+        # the GPU time a batch of rounds queued behind one blocking kernel aims at
+        self.batch_ms = float(policy.get("batch_ms", BATCH_MS))
+        self.batch_span_ms = 0.0  # the last batch's first start to its last end (events)
         self._done = cp.cuda.Event(disable_timing=True)  # the end of a host-timed batch
         self.dropped = 0  # samples dropped: the host outlasted the blocking kernel, or
         # CUPTI recorded no kernel for the sample
@@ -284,37 +302,78 @@ class Timer:
         limit = float(self.policy["launch_timeout_s"])
         wait_event(event, limit, what, "launch_timeout_s", spin=spin)
 
-    def _launch(
-        self, fn: Callable[[], None], what: str, flush: bool, tag: int | None = None
-    ) -> float | None:
-        """One timed launch of ``fn`` (with the flush before it), queued behind the blocking
-        kernel, and waited for: its event milliseconds; None when the host took longer than
-        the blocking kernel waits. With ``tag``, what ``fn`` launches (not the flush, not the
-        hold) carries it in CUPTI's records, which the caller collects."""
+    def _pairs(self, n: int) -> list:
+        """``n`` pairs of timing events, kept for the next batch (re-recorded once waited for)."""
+        while len(self._event_pairs) < n:
+            self._event_pairs.append((self.cp.cuda.Event(), self.cp.cuda.Event()))
+        return self._event_pairs[:n]
+
+    def _take(self, items, flush: bool) -> list[float] | None:
+        """One batch: each ``(what, fn, tag)`` of ``items`` queued behind one blocking kernel,
+        each with the flush before it and a pair of events around it, then the blocking
+        kernel released and each end waited for in order, so that a hang or a fault names
+        the call it is in. Returns each call's event milliseconds; None when queueing took
+        the host longer than the blocking kernel waits (the whole batch is dropped). With a
+        ``tag``, what ``fn`` launches (not the flush, not the hold) carries it in CUPTI's
+        records, which the caller collects."""
         flags = self._flags
+        pairs = self._pairs(len(items))
         if flags is not None:
             flags.arm()
             with self.stream:
                 self._hold((1,), (1,), (np.uint64(flags.ptr), np.uint64(self.block_timeout_ns)))
-        if flush:
-            self.flush()
-        self._start.record(self.stream)
-        if tag is not None:
-            self.clock.push(tag)
-            try:
-                fn()
-            finally:
-                self.clock.pop()
-        else:
-            fn()
-        self._end.record(self.stream)
-        if flags is not None:
-            flags.release.value = 1
-        self.wait(self._end, what)
+        try:
+            for (_, fn, tag), (start, end) in zip(items, pairs, strict=True):
+                if flush:
+                    self.flush()
+                start.record(self.stream)
+                if tag is not None:
+                    self.clock.push(tag)
+                    try:
+                        fn()
+                    finally:
+                        self.clock.pop()
+                else:
+                    fn()
+                end.record(self.stream)
+        finally:  # a call that raised leaves no kernel spinning until its timeout
+            if flags is not None:
+                flags.release.value = 1
+        for (what, _, _), (_, end) in zip(items, pairs, strict=True):
+            self.wait(end, what)
         if flags is not None and flags.timed_out.value:
-            self.dropped += 1
+            self.dropped += len(items)
             return None
-        return self.cp.cuda.get_elapsed_time(self._start, self._end)
+        elapsed = self.cp.cuda.get_elapsed_time
+        self.batch_span_ms = elapsed(pairs[0][0], pairs[-1][1])
+        return [elapsed(start, end) for start, end in pairs]
+
+    def _launch(
+        self, fn: Callable[[], None], what: str, flush: bool, tag: int | None = None
+    ) -> float | None:
+        """One timed launch of ``fn`` alone (a batch of one): its event milliseconds, or None
+        when the host took longer than the blocking kernel waits."""
+        got = self._take([(what, fn, tag)], flush)
+        return None if got is None else got[0]
+
+    def _rounds(self, rounds: int, width: int, counts, tagged: bool, samples) -> int:
+        """The rounds of the next batch: as many as fill ``batch_ms`` of GPU time at what the
+        last batch's rounds took (its first start to its last end, flushes included), within
+        the launches CUDA queues without blocking the host (QUEUE_LAUNCHES: each sample's
+        flush, events and kernels, CUPTI's count; one round a batch where there is no count)
+        and never past ``max_samples``."""
+        if self.batch_ms <= 0:
+            return 1
+        per_round = max(self.batch_span_ms / rounds, 1e-3)
+        want = int(self.batch_ms / per_round)
+        if tagged:
+            kernels = sum(float(np.median(c[-8:])) if c else 1.0 for c in counts.values())
+            launches = kernels + width * (3 if self.cold else 2)
+            want = min(want, int(QUEUE_LAUNCHES / launches))
+        else:
+            want = min(want, 1)
+        left = self.rule.max_samples - min(len(s) for s in samples.values())
+        return max(1, min(want, left))
 
     def run_once(self, fn: Callable[[], None], what: str) -> float:
         """Launch once (no flush), wait (with the hang and fault checks), return the
@@ -422,27 +481,34 @@ class Timer:
         lost = dict.fromkeys(fns, 0)  # samples CUPTI recorded no kernel for
         start = time.monotonic()
         misses = 0
+        rounds = 1  # the first batch is one round: it says what a round costs the GPU
         while True:
-            # a round: one sample of each function; CUPTI's buffers are flushed once a round
-            # (a forced flush and its records cost the host more than a short sample's GPU
-            # work: tools/explore/timer_sample_cost.py)
-            taken = []
-            for name, fn in runners.items():
-                tag = self.clock.next_tag() if tagged else None
-                ev = self._launch(fn, f"{what} [{name}]", self.cold, tag)
-                if ev is None:
-                    misses += 1
-                    if misses > 5 and misses > len(samples[name]):
-                        raise TimingError(
-                            f"{what} [{name}]: queueing one sample took the host longer than "
-                            f"block_timeout_s ({self.block_timeout_ns / 1e9:g} s) {misses} "
-                            "times; a function that synchronises with the host cannot be "
-                            "timed behind the blocking kernel"
-                        )
-                    continue
-                taken.append((name, ev, tag, time.monotonic()))
+            # A batch: ``rounds`` rounds of one sample of each function, all queued behind
+            # one blocking kernel and waited for at once; CUPTI's buffers are flushed once a
+            # batch. A sample's own synchronisation, flush and matching cost the host more
+            # than a short sample's GPU work (tools/explore/timer_sample_cost.py); behind the
+            # blocking kernel the GPU still runs each flush and call back to back.
+            items, names = [], []
+            for _ in range(rounds):
+                for name, fn in runners.items():
+                    tag = self.clock.next_tag() if tagged else None
+                    items.append((f"{what} [{name}]", fn, tag))
+                    names.append(name)
+            got = self._take(items, self.cold)
+            end = time.monotonic()
+            if got is None:
+                misses += 1
+                if misses > 5 and misses > min(len(x) for x in samples.values()):
+                    raise TimingError(
+                        f"{what}: queueing one batch of samples took the host longer than "
+                        f"block_timeout_s ({self.block_timeout_ns / 1e9:g} s) {misses} "
+                        "times; a function that synchronises with the host cannot be "
+                        "timed behind the blocking kernel"
+                    )
+                rounds = 1
+                continue
             found = self.clock.collect() if tagged else {}
-            for name, ev, tag, end in taken:
+            for name, (_, _, tag), ev in zip(names, items, got, strict=True):
                 kernels = found.get(tag) if tagged else None
                 k = per_launch[name]
                 if tagged:
@@ -465,6 +531,7 @@ class Timer:
             verdict = stopping.decide(self.rule, samples, time.monotonic() - start)
             if verdict.stop:
                 break
+            rounds = self._rounds(rounds, len(runners), counts, tagged, samples)
         method = cupti.CUPTI if tagged else cupti.EVENTS
         return {
             name: Stats.of(

@@ -1,0 +1,97 @@
+"""The GPU ledger: each process that held a GPU's lock appends its hold; read back, a run's
+span splits into exclusive, shared-only and idle time per GPU."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from kernelbook import gpu, ledger
+from kernelbook.ledger import Hold
+
+
+def hold(a, b, mode="exclusive", job="bench sgemm 01", g="GPU-a"):
+    return Hold(a, b, 1, mode, g, job)
+
+
+def test_union_merges_overlaps_and_keeps_gaps():
+    assert ledger.union([(0, 2), (1, 3), (5, 6)]) == 4
+    assert ledger.union([(5, 6), (0, 1), (0.5, 0.75)]) == 2
+    assert ledger.union([]) == 0
+
+
+def test_summary_splits_the_span_into_exclusive_shared_and_idle():
+    holds = [
+        hold(0, 10),
+        hold(12, 20, job="profile sgemm 01"),
+        hold(19, 25, "shared", "sanitize sgemm 01"),
+        hold(21, 24, "shared", "sanitize sgemm 02"),
+        hold(0, 4, g="GPU-b"),
+    ]
+    s = ledger.summary(holds)
+    assert s["span_s"] == 25
+    a = s["gpus"]["GPU-a"]
+    assert a == {"exclusive_s": 18, "shared_only_s": 5, "idle_s": 2}
+    assert s["gpus"]["GPU-b"]["idle_s"] == 21
+    assert s["verbs"]["sanitize"] == {"holds": 2, "held_s": 9}
+    assert s["verbs"]["bench"]["holds"] == 2
+
+
+def test_summary_clips_to_a_span():
+    s = ledger.summary([hold(0, 10), hold(20, 30)], span=(5, 25))
+    assert s["gpus"]["GPU-a"] == {"exclusive_s": 10, "shared_only_s": 0, "idle_s": 10}
+
+
+def test_job_label_leaves_out_options_and_the_settings():
+    argv = ["--settings", '{"a": 1}', "bench", "sgemm", "01_naive", "--cubin", "x.cubin",
+            "--record-failure", "--out", "t.parquet"]  # fmt: skip
+    assert gpu.job_label(argv) == "bench sgemm 01_naive"
+
+
+def test_a_process_that_held_a_gpu_appends_its_hold_at_exit(tmp_path):
+    path = tmp_path / "ledger.tsv"
+    code = (
+        "import sys; from kernelbook import gpu; sys.argv = ['kernelbook', 'profile', 'w4a16',"
+        " '09']; gpu.hold_begins('GPU-x', False)"
+    )
+    env = {**os.environ, gpu.LEDGER_ENV: str(path)}
+    for _ in range(2):
+        subprocess.run([sys.executable, "-c", code], env=env, check=True)
+    subprocess.run([sys.executable, "-c", "import kernelbook.gpu"], env=env, check=True)
+    holds = ledger.read(path)
+    assert len(holds) == 2  # a process that held nothing writes nothing
+    assert holds[0].job == "profile w4a16 09" and holds[0].mode == "exclusive"
+    assert holds[0].end >= holds[0].start and holds[0].gpu == "GPU-x"
+    assert "2 GPU holds" in ledger.report(holds)
+
+
+def test_no_ledger_named_means_nothing_written(tmp_path, monkeypatch):
+    monkeypatch.delenv(gpu.LEDGER_ENV, raising=False)
+    monkeypatch.chdir(tmp_path)
+    gpu.hold_begins("GPU-x", True)
+    gpu.hold_ends()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_torn_line_is_skipped(tmp_path):
+    p = tmp_path / "l.tsv"
+    p.write_text("1.0\t2.0\t3\texclusive\tGPU-a\tbench s v\n1.5\t2.")
+    assert [h.job for h in ledger.read(p)] == ["bench s v"]
+
+
+@pytest.mark.parametrize("exists", [True, False])
+def test_the_ledger_verb(tmp_path, exists, capsys):
+    from kernelbook.cli import main
+
+    p = tmp_path / "l.tsv"
+    if exists:
+        p.write_text("1.0\t3.0\t3\texclusive\tGPU-a\tbench s v\n")
+    rc = main(["ledger", str(p)])
+    out = capsys.readouterr()
+    if exists:
+        assert rc == 0 and "exclusive 2 s (100 %)" in out.out
+    else:
+        assert rc == 1 and "no ledger at" in out.err
