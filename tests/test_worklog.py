@@ -557,10 +557,12 @@ def test_publish_copies_everything_and_indexes(rendered_ok, tmp_path):
     # record of a change of method that `kernelbook before-after` wrote beside the page
     (dest / "figures" / "old.png").write_bytes(b"x")
     (dest / "before-after.md").write_text("# before and after\n")
+    (dest / "before-after-batches.md").write_text("# a second change\n")
     proc = run_in(root, args)
     assert proc.returncode == 0, output(proc)
     assert not (dest / "figures" / "old.png").exists()
     assert (dest / "before-after.md").read_text() == "# before and after\n"
+    assert (dest / "before-after-batches.md").read_text() == "# a second change\n"
 
 
 def test_before_after_between_two_published_revisions_survives_a_republish(published_repo):
@@ -602,6 +604,14 @@ def test_before_after_between_two_published_revisions_survives_a_republish(publi
     assert (root / folder / "before-after.md").read_text() == text
     proc = kernelbook_cli(root, "before-after", "nosuchrev", str(folder))
     assert proc.returncode != 0 and "'nosuchrev' is not a git revision" in output(proc)
+    # a second change of method gets a file of its own; the first one's stays as it was
+    proc = kernelbook_cli(root, "before-after", first, "--name", "batches", str(folder))
+    assert proc.returncode == 0, output(proc)
+    named = (root / folder / "before-after-batches.md").read_text()
+    assert f"`kernelbook before-after {first} --name batches {folder}`" in named
+    assert (root / folder / "before-after.md").read_text() == text
+    proc = kernelbook_cli(root, "before-after", first, "--name", "Bad Name", str(folder))
+    assert proc.returncode != 0 and "--name 'Bad Name'" in output(proc)
 
 
 PUBLISHED = layout.published(REPO / "worklogs")

@@ -281,7 +281,7 @@ def cmd_meta(args) -> int:
 def cmd_before_after(args) -> int:
     from kernelbook.report import quality
 
-    return quality.write_before_after(args.rev, args.folders, args.after)
+    return quality.write_before_after(args.rev, args.folders, args.after, args.name)
 
 
 def cmd_compare(args) -> int:
@@ -506,6 +506,10 @@ def parser() -> argparse.ArgumentParser:
         "--after",
         metavar="REV2",
         help="compare with the measurements published at REV2, not with data/ as it is now",
+    )
+    s.add_argument(
+        "--name",
+        help="write before-after-NAME.md: a later change of method beside an earlier one's file",
     )
     s.add_argument(
         "folders",

@@ -7,7 +7,7 @@ pages rendered again from published data.
         worklog.html                  the same page, standalone
         figures/                      PNG + SVG of every figure on the page
         data/                         the tables (Parquet) and study.json the page was made from
-        before-after.md               where made (kernelbook before-after): kept by a new publish
+        before-after*.md              where made (kernelbook before-after): kept by a new publish
     worklogs/README.md                the index (kernelbook.report.index)
 
 Through the command line (kernelbook.cli), for the rules and anyone without the DAG:
@@ -36,9 +36,10 @@ from kernelbook.layout import (
 from kernelbook.report.index import write_index
 from kernelbook.report.sources import PAGE_ONLY
 
-# Files of a published folder that no run writes (kernelbook before-after's record of a change
-# of method, between two published revisions): publishing the study again keeps them.
-KEPT = ("before-after.md",)
+# Files of a published folder that no run writes (kernelbook before-after's records of a change
+# of method, between two published revisions: before-after.md, before-after-NAME.md):
+# publishing the study again keeps them.
+KEPT = "before-after*.md"
 
 
 class PublishError(RuntimeError):
@@ -74,9 +75,8 @@ def publish(results: str | Path, worklogs: str | Path, gpu: str, study: str) -> 
         shutil.copytree(src["figures"], tmp / "figures")
         shutil.copy2(src["md"], tmp / "README.md")
         shutil.copy2(src["html"], tmp / "worklog.html")
-        for name in KEPT:  # made beside a page, not by the run: a new run keeps them
-            if (dest / name).is_file():
-                shutil.copy2(dest / name, tmp / name)
+        for kept in dest.glob(KEPT) if dest.is_dir() else ():  # made beside a page, not
+            shutil.copy2(kept, tmp / kept.name)  # by the run: a new run keeps them
         old = None
         if dest.exists():
             old = dest.parent / f".{study}.old"

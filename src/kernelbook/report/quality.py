@@ -5,6 +5,8 @@ change of method."""
 
 from __future__ import annotations
 
+import re
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -320,12 +322,25 @@ def before_after(before: pd.DataFrame, after: pd.DataFrame, headline: str | None
     return f"{what} ({col})\n\n" + "\n".join(lines) + "\n"
 
 
-def write_before_after(rev: str, folders, after: str | None = None) -> int:
-    """`kernelbook before-after REV [--after REV2] worklogs/<gpu>/<study> ...`: write each
-    folder's before-after.md, comparing the measurements published at git revision REV with
-    those published at REV2 (default: those in data/ now). Both revisions are written as
-    commits, so the file stays true, and its regenerate line reproducible, after the study
-    is published again (publish keeps the file: it records a change of method, not a run)."""
+def before_after_file(name: str | None = None) -> str:
+    """before-after.md, or before-after-NAME.md: one file a change of method."""
+    if name is None:
+        return "before-after.md"
+    if not re.fullmatch(r"[a-z0-9][a-z0-9_-]*", name):
+        raise SystemExit(
+            f"kernelbook before-after: --name {name!r}: lower-case letters, digits, - and _"
+        )
+    return f"before-after-{name}.md"
+
+
+def write_before_after(rev: str, folders, after: str | None = None, name: str | None = None) -> int:
+    """`kernelbook before-after REV [--after REV2] [--name NAME] worklogs/<gpu>/<study> ...`:
+    write each folder's before-after.md (before-after-NAME.md: a later change of method
+    beside an earlier one's file), comparing the measurements published at git revision REV
+    with those published at REV2 (default: those in data/ now). Both revisions are written
+    as commits, so the file stays true, and its regenerate line reproducible, after the study
+    is published again (publish keeps the files: each records a change of method, not a
+    run)."""
     import io
     import json
     import subprocess
@@ -345,6 +360,7 @@ def write_before_after(rev: str, folders, after: str | None = None) -> int:
             raise SystemExit(f"kernelbook before-after: {path} is not in git at {r}")
         return pd.read_parquet(io.BytesIO(proc.stdout))
 
+    out = before_after_file(name)
     rev = commit(rev)
     after = commit(after) if after else None
     for folder in map(Path, folders):
@@ -355,7 +371,7 @@ def write_before_after(rev: str, folders, after: str | None = None) -> int:
         measured = ", ".join(sorted(set(now["git_commit"].astype(str))))
         was = ", ".join(sorted(set(before["git_commit"].astype(str))))
         where = f"those published at {after}" if after else "those in data/"
-        pinned = rev + (f" --after {after}" if after else "")
+        pinned = rev + (f" --after {after}" if after else "") + (f" --name {name}" if name else "")
         text = (
             f"# {folder.name} on {folder.parent.name}: before and after\n\n"
             f"Before: the measurements published at {rev} (measured at {was}). After: "
@@ -363,6 +379,6 @@ def write_before_after(rev: str, folders, after: str | None = None) -> int:
             + before_after(before, now, meta.get("headline"))
             + f"\nRegenerate: `kernelbook before-after {pinned} {folder}`\n"
         )
-        (folder / "before-after.md").write_text(text)
-        print(f"{folder}/before-after.md")
+        (folder / out).write_text(text)
+        print(f"{folder}/{out}")
     return 0
