@@ -147,6 +147,17 @@ def test_the_cost_section_splits_bench_and_profile_jobs_by_their_own_clocks():
     assert spent["timing"] == pytest.approx(meas["timing_s"].sum())
     one = meas.groupby("variant")["job_wait_s"].first().sum()
     assert spent["wait"] == pytest.approx(one)
+    assert "sampling" not in spent  # measured before the rows kept it
+    lines = quality.stages_section(pd.DataFrame(), str, meas=meas)
+    assert lines == []  # no stages table, no section
+    newer = meas.assign(sampling_s=meas["timing_s"] * 0.25)
+    spent = quality.bench_time(newer)
+    assert spent["sampling"] == pytest.approx(0.25 * meas["timing_s"].sum())
+    assert spent["timing_setup"] + spent["sampling"] == pytest.approx(spent["timing"])
+    stages = pd.read_parquet(soft / "stages.parquet")
+    text = "\n".join(quality.stages_section(stages, lambda x, d: f"{x:.{d}g}", meas=newer))
+    assert "| timing: inputs and baselines | timing: samples |" in text
+    assert "| timing |" not in text
 
     def rows(variant, size, report, ncu_s, metrics, wait):
         return [

@@ -474,7 +474,7 @@ def _time_size(b: Bench, kernel, variant, s, checked, blank, samples=None) -> di
         samples += _sample_rows(b, variant, problem.label(s), stats)
     v, bl = stats["variant"], stats["baseline"]
     row = blank(s, "ok", None)
-    row.update(instrument_columns(v, bl))
+    row.update(instrument_columns(v, bl), sampling_s=took)
     row.update(
         median_ms=v.median,
         q1_ms=v.q1,

@@ -196,7 +196,7 @@ def bench_time(meas: pd.DataFrame | None) -> dict | None:
     if meas is None or not set(need) <= set(meas.columns) or meas["timing_s"].isna().all():
         return None
     jobs = meas.groupby("variant", sort=False)
-    return {
+    spent = {
         "jobs": int(jobs.ngroups),
         "startup": float(jobs["job_startup_s"].first().sum()),
         "wait": float(jobs["job_wait_s"].first().sum()),
@@ -205,6 +205,11 @@ def bench_time(meas: pd.DataFrame | None) -> dict | None:
         "check": float(meas["check_s"].sum()),
         "timing": float(meas["timing_s"].sum()),
     }
+    if "sampling_s" in meas.columns and meas["sampling_s"].notna().any():
+        # the timing's split: inputs and baselines set up, then the samples
+        spent["sampling"] = float(meas["sampling_s"].sum())
+        spent["timing_setup"] = spent["timing"] - spent["sampling"]
+    return spent
 
 
 def profile_time(prof: pd.DataFrame | None) -> dict | None:
@@ -255,14 +260,17 @@ def stages_section(
     L.append("")
     spent = bench_time(meas)
     if spent:
+        cols = ["start-up", "waiting for the GPU", "set-up", "checking", "timing"]
+        keys = ["startup", "wait", "init", "check", "timing"]
+        if "sampling" in spent:
+            cols[-1:] = ["timing: inputs and baselines", "timing: samples"]
+            keys[-1:] = ["timing_setup", "sampling"]
         L += [
             f"Inside the {spent['jobs']} bench jobs (their rows' own clocks, seconds summed):",
             "",
-            "| start-up | waiting for the GPU | set-up | checking | timing |",
-            "|--:|--:|--:|--:|--:|",
-            "| "
-            + " | ".join(fmt(spent[k], 3) for k in ("startup", "wait", "init", "check", "timing"))
-            + " |",
+            "| " + " | ".join(cols) + " |",
+            "|" + "--:|" * len(cols),
+            "| " + " | ".join(fmt(spent[k], 3) for k in keys) + " |",
             "",
         ]
     spent = profile_time(prof)
