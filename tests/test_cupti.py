@@ -107,11 +107,21 @@ class FakeCupti:
 
     class driver_api_trace_cbid(enum.IntEnum):
         cuLaunchKernel = 307
+        cuLaunchKernelEx = 652
+        cuGraphLaunch = 514
+        cuMemcpyDtoDAsync_v2 = 282
+        cuMemsetD32Async = 190
+        cuCtxGetCurrent = 303
+        cuFuncGetAttribute = 102
         cuEventQuery = 127
         cuEventRecord = 128
 
     class runtime_api_trace_cbid(enum.IntEnum):
         cudaLaunchKernel_v7000 = 211
+        _runtime_api_trace_cbid__cudaLaunchKernel_v13000 = 480
+        cudaMemcpyAsync_v3020 = 41
+        cudaGetDevice_v3020 = 17
+        cudaStreamGetCaptureInfo_v10010 = 317
         cudaEventQuery_v3020 = 137
 
     def activity_enable_driver_api(self, cbid, enable):
@@ -179,21 +189,45 @@ def test_the_clock_records_concurrent_kernel_driver_runtime_and_correlation_whil
     assert fake.enabled == []
 
 
-def test_the_waits_on_events_leave_no_record_while_launches_do():
-    """The timer's polls of its end event were most of a sample's records: a measurement
-    turns their records off (after the kinds, which reset them), never a launch's."""
+def test_only_the_calls_that_put_work_on_the_gpu_make_records_while_recording():
+    """Every API call's record is parsed in Python at a flush: a measurement turns off the
+    records of every call but those that launch kernels or graphs, copy or set memory
+    (after the kinds, which reset them), so CuPy's and torch's queries around a launch and
+    the timer's own event polls make none."""
+    clk, fake = fake_clock(recording=False)
+    D, R = FakeCupti.driver_api_trace_cbid, FakeCupti.runtime_api_trace_cbid
+    assert clk.api == "launches"
+    with clk.recording():
+        off = {(api, int(cbid)) for api, cbid, enable in fake.api_off if not enable}
+    silent = {D.cuCtxGetCurrent, D.cuFuncGetAttribute, D.cuEventQuery, D.cuEventRecord}
+    assert off == {("driver", int(c)) for c in silent} | {
+        ("runtime", int(c))
+        for c in (R.cudaGetDevice_v3020, R.cudaStreamGetCaptureInfo_v10010, R.cudaEventQuery_v3020)
+    }
+    assert all(not enable for _, _, enable in fake.api_off)
+    n = len(fake.api_off)
+    fake.api_off.clear()
+    with clk.recording():  # again each time: enabling the kinds undid it
+        assert len(fake.api_off) == n
+
+
+def test_the_quiet_mode_silences_only_the_waits_on_events(monkeypatch):
+    monkeypatch.setenv(cupti.API_ENV, "quiet")
     clk, fake = fake_clock(recording=False)
     D, R = FakeCupti.driver_api_trace_cbid, FakeCupti.runtime_api_trace_cbid
     with clk.recording():
         off = {(api, int(cbid)) for api, cbid, enable in fake.api_off if not enable}
-    assert {("driver", D.cuEventQuery), ("driver", D.cuEventRecord)} <= off
-    assert ("runtime", R.cudaEventQuery_v3020) in off
-    assert ("driver", D.cuLaunchKernel) not in off
-    assert ("runtime", R.cudaLaunchKernel_v7000) not in off
-    assert all(not enable for _, _, enable in fake.api_off)
-    fake.api_off.clear()
-    with clk.recording():  # again each time: enabling the kinds undid it
-        assert len(fake.api_off) == 3
+    assert off == {("driver", D.cuEventQuery), ("driver", D.cuEventRecord)} | {
+        ("runtime", R.cudaEventQuery_v3020)
+    }
+
+
+def test_a_bad_api_mode_is_an_error_naming_the_variable(fresh_clock):
+    fresh_clock.setenv(cupti.API_ENV, "everything")
+    for _ in range(2):  # each time it is asked, not once and then a silent fallback
+        with pytest.raises(ValueError, match="KERNELBOOK_CUPTI_API='everything'"):
+            cupti.clock()
+    assert cupti.api_mode({}) == "launches" and cupti.api_mode({cupti.API_ENV: "Quiet"}) == "quiet"
 
 
 def test_nothing_outside_a_measurement_is_recorded_and_its_leftovers_are_dropped():

@@ -95,3 +95,25 @@ def test_the_ledger_verb(tmp_path, exists, capsys):
         assert rc == 0 and "exclusive 2 s (100 %)" in out.out
     else:
         assert rc == 1 and "no ledger at" in out.err
+
+
+def test_a_job_gives_its_gpu_lock_back_when_its_gpu_work_is_done(tmp_path, monkeypatch):
+    """release_slot: the next job takes the lock while this one still writes its tables; the
+    ledger's hold ends there, once (not again at exit)."""
+    from kernelbook import problems
+    from kernelbook.measure import job
+
+    ledger_file = tmp_path / "ledger.tsv"
+    monkeypatch.setenv(gpu.LEDGER_ENV, str(ledger_file))
+    got = gpu.take_lock(tmp_path, ["GPU-a"])
+    assert got is not None and gpu.take_lock(tmp_path, ["GPU-a"]) is None  # held
+    slot = gpu.Slot("GPU-a", 0, got[1])
+    gpu.hold_begins("GPU-a", False)
+    job._finish([], problems.get("gemm"), [], None, None, slot)  # a job's rows written
+    assert slot.lock is None
+    again = gpu.take_lock(tmp_path, ["GPU-a"])
+    assert again is not None  # free for the next job
+    again[1].close()
+    gpu.hold_ends()  # what exit would run: nothing more to write
+    assert len(ledger.read(ledger_file)) == 1
+    gpu.release_slot(slot)  # twice, or a slot a parent holds (lock None): nothing

@@ -145,7 +145,7 @@ class NoGpu(RuntimeError):
 class Slot:
     uuid: str
     index: int
-    lock: object  # open file holding the lock until the process ends
+    lock: object  # open file holding the lock until the process ends (or release_slot)
     startup_s: float = 0.0  # from the process's import of kernelbook to the lock's request
     wait_s: float = 0.0  # waiting for the lock (another job measuring on the GPU)
 
@@ -332,6 +332,19 @@ def hold_ends() -> None:
 
 
 kernelbook.at_exit(hold_ends)
+
+
+def release_slot(slot: Slot) -> None:
+    """Give the GPU's lock back before the process ends: once a job's GPU work is over (its
+    timer waited for its stream, its memory freed), writing its tables and the process's
+    exit (the CUDA context's teardown) need not hold the next job back. Never after a crash
+    or a hang: a hung kernel may run until the process's context is gone, so such a job
+    keeps the lock to its end. Nothing where a parent holds the lock (SLOT_HELD_ENV)."""
+    if slot.lock is None:
+        return
+    hold_ends()
+    slot.lock.close()  # the flock goes with its file
+    slot.lock = None
 
 
 def take_lock(locks: Path, uuids, shared: bool = False):

@@ -13,8 +13,9 @@ the library's Timer, in the modes named on the command line, each in a process o
 
 Modes (joined by '+'): events (no CUPTI), cupti (one timed launch, its records collected alone),
 measure (the library's whole loop, Timer.measure, 4 functions a round, in batches of rounds
-behind one blocking kernel; with events: on events; with round1: one round a batch), and on
-top of cupti:
+behind one blocking kernel; with events: on events; with round1: one round a batch; with
+apiquiet: every API call's record but the event polls, not the launches' only), and on top
+of cupti:
 sleepy (poll the end event with sleeps from the start instead of spinning 0.5 ms), round
 (flush CUPTI once every 4 samples, as once a round of 4 functions), buf16 and buf4m (16 KiB
 or 4 MiB activity buffers instead of cupti.BUFFER_BYTES), window (API activity enabled only
@@ -36,6 +37,10 @@ def run(mode: str) -> None:
     from kernelbook.measure import timing as tm
 
     parts = set(mode.split("+"))
+    if "apiquiet" in parts:  # every API call's record but the event polls (fab5edd's rule)
+        import os
+
+        os.environ[kc.API_ENV] = "quiet"
     if "buf16" in parts:
         kc.BUFFER_BYTES = 16 * 1024
     if "buf4m" in parts:
@@ -89,11 +94,14 @@ def run(mode: str) -> None:
             if "round1" in parts:
                 t.batch_ms = 0.0
             t.rule = tm.stopping.Rule.of(t.policy)
+            r0 = t.clock.records if t.clock else 0
             t0 = time.perf_counter()
             stats = t.measure({f"{name}{i}": fn for i in range(4)}, "measure")
-            dt = (time.perf_counter() - t0) / sum(st.n for st in stats.values())
+            n = sum(st.n for st in stats.values())
+            dt = (time.perf_counter() - t0) / n
             kind = {st.method for st in stats.values()}
-            print(f"{mode} {name}: {dt * 1e3:.3f} ms a sample (Timer.measure, {kind})")
+            recs = f", {(t.clock.records - r0) / n:.1f} records a sample" if t.clock else ""
+            print(f"{mode} {name}: {dt * 1e3:.3f} ms a sample (Timer.measure, {kind}{recs})")
             t.close()
             continue
         c, spent, calls, got = t.clock, [0.0], [0], {}

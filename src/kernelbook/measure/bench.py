@@ -77,7 +77,10 @@ def _triton_text() -> str:
 
 def _cupti_text(timer) -> str:
     """cupti-python's version, where it timed the rows."""
-    return f", cupti-python {timer.clock.version}" if timer.clock is not None else ""
+    if timer.clock is None:
+        return ""
+    api = "" if timer.clock.api == "launches" else f" (API records: {timer.clock.api})"
+    return f", cupti-python {timer.clock.version}{api}"
 
 
 class Bench:

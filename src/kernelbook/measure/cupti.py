@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import re
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -71,6 +72,15 @@ QUIET_RUNTIME = (
     "cudaEventRecord_ptsz_v7000", "cudaEventRecordWithFlags_v11010",
     "cudaEventRecordWithFlags_ptsz_v11010", "cudaStreamQuery_v3020", "cudaStreamQuery_ptsz_v7000",
 )  # fmt: skip
+# Which API calls make records while a measurement runs ($KERNELBOOK_CUPTI_API):
+# "launches" (the default): only the calls that put work on the GPU, a callback name with
+# Launch, Memcpy or Memset in it (kernels, graphs, copies, memsets), whose records tie each
+# kernel to the timed call; no other call (CuPy's context and attribute queries around a
+# launch, torch's device and stream queries, the timer's polls of its events) makes one.
+# "quiet": every call but those of QUIET_DRIVER and QUIET_RUNTIME (the rule of fab5edd).
+API_ENV = "KERNELBOOK_CUPTI_API"
+API_MODES = ("launches", "quiet")
+WORK_API = re.compile(r"Launch|Memcpy|Memset")
 # An activity record whose API call's correlation record has not been seen is kept this
 # many collections (it may arrive in the next flush), then dropped (a kernel nobody tagged:
 # the blocking kernel, the flush, input set-up).
@@ -216,6 +226,8 @@ class Clock:
         self._tags = itertools.count(1)
         self._kinds = [getattr(c.ActivityKind, k) for k in self.KINDS]
         self._recording = False
+        self.api = api_mode()
+        self._api_off = self._silenced(self.api)
 
     # -- CUPTI's buffer callbacks (CUPTI's thread, or the flushing one) ------------------
     def _requested(self):
@@ -282,21 +294,32 @@ class Clock:
                     self._corr, self._acts = [], []
                 self._unmatched = []
 
-    def _quiet(self) -> None:
-        """No records for the API calls of QUIET_DRIVER and QUIET_RUNTIME (those this
-        cupti-python names)."""
+    def _silenced(self, mode: str) -> list[tuple[object, list[int]]]:
+        """(switch, callback ids) of the API calls that make no record in ``mode`` (see
+        API_ENV), each table's ids once (names differ by version; those this cupti-python
+        names). Looked up once: every recording turns them off again."""
         c = self._c
-        for table, names, enable in (
+        out = []
+        for table, quiet, enable in (
             ("driver_api_trace_cbid", QUIET_DRIVER, "activity_enable_driver_api"),
             ("runtime_api_trace_cbid", QUIET_RUNTIME, "activity_enable_runtime_api"),
         ):
             ids, switch = getattr(c, table, None), getattr(c, enable, None)
             if ids is None or switch is None:
                 continue
-            for name in names:
-                cbid = getattr(ids, name, None)
-                if cbid is not None:
-                    switch(int(cbid), 0)
+            if mode == "quiet":
+                off = [int(getattr(ids, n)) for n in quiet if getattr(ids, n, None) is not None]
+            else:  # launches: all but the calls that put work on the GPU
+                off = [int(v) for n, v in ids.__members__.items() if not WORK_API.search(n)]
+            out.append((switch, sorted(set(off))))
+        return out
+
+    def _quiet(self) -> None:
+        """No records for the API calls ``_silenced`` names (after the kinds are enabled:
+        enabling a kind resets its per-call settings)."""
+        for switch, ids in self._api_off:
+            for cbid in ids:
+                switch(cbid, 0)
 
     # -- the timer's side ---------------------------------------------------------------
     def next_tag(self) -> int:
@@ -344,6 +367,8 @@ def clock() -> Clock | None:
     global _CLOCK, _REASON, _TRIED
     if _TRIED:
         return _CLOCK
+    if os.environ.get(ENV, "1").strip().lower() not in ("0", "no", "off", "false"):
+        api_mode()  # a bad $KERNELBOOK_CUPTI_API is an error naming it, each time asked
     _TRIED = True
     if os.environ.get(ENV, "1").strip().lower() in ("0", "no", "off", "false"):
         _REASON = why_not(None)
@@ -361,6 +386,16 @@ def clock() -> Clock | None:
         return None
     _CLOCK = clk
     return clk
+
+
+def api_mode(env: Mapping[str, str] | None = None) -> str:
+    """$KERNELBOOK_CUPTI_API (see API_ENV): 'launches' unless set; another value is an error
+    naming the variable."""
+    env = os.environ if env is None else env
+    mode = env.get(API_ENV, "launches").strip().lower() or "launches"
+    if mode not in API_MODES:
+        raise ValueError(f"{API_ENV}={env[API_ENV]!r}: one of {', '.join(API_MODES)}")
+    return mode
 
 
 def attached() -> bool:

@@ -210,11 +210,13 @@ def _tuned_job(
 
 
 def _finish(rows, problem, samples, out, samples_out, slot) -> int:
-    """Write and print a job's rows (each with the job's start-up and its wait for the GPU);
-    after a crash or a hang, leave without the clean-up that would wait on the lost device
-    (the rows are on disk by then)."""
+    """Write and print a job's rows (each with the job's start-up and its wait for the GPU),
+    the GPU's lock given back first; after a crash or a hang, keep the lock and leave
+    without the clean-up that would wait on the lost device (the rows are on disk by then)."""
     import pandas as pd
 
+    if not bench.device_lost(rows):
+        gpu.release_slot(slot)  # the GPU's work is done: the next job need not wait for this
     for r in rows:
         r.update(job_startup_s=slot.startup_s, job_wait_s=slot.wait_s)
     if samples_out:  # none when the variant failed before any timing

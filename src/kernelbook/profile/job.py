@@ -83,6 +83,7 @@ def profile_job(
 ) -> int:  # fmt: skip
     """ncu on ``variant`` at the study's profile sizes, or at ``sizes`` (quick_sizes)."""
     failed = bench_failures(bench_table)
+    ncu.ncu_version()  # a process of its own, asked before the GPU is taken
     slot = gpu.acquire_slot(preload=())
     rows = []
     sizes = list(sizes or study.profile_sizes)
@@ -92,6 +93,7 @@ def profile_job(
             project, study, run, path, run_sizes, Path(reports), slot.uuid, skip=failed
         )
         rows += [{**r, "variant": variant.id} for r in part]
+    gpu.release_slot(slot)  # ncu's processes are gone: the rows are written without the GPU
     rows = [{**r, "job_startup_s": slot.startup_s, "job_wait_s": slot.wait_s} for r in rows]
     tables.write(rows or _empty("profile", study), out, "profile", study.size_names)
     return 0
@@ -121,6 +123,7 @@ def sanitize_job(
             tools=study.sanitize_tools, skip=lost, expect=variant.expect, failed=bad,
         )  # fmt: skip
         rows += [{**r, "variant": variant.id} for r in part]
+    gpu.release_slot(slot)  # compute-sanitizer's processes are gone
     tables.write(rows or _empty("sanitizer", study), out, "sanitizer", study.size_names)
     return 0
 

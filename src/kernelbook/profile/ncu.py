@@ -3,6 +3,7 @@ and derive the roofline table (FLOPs, bytes at DRAM/L2/L1, intensities, bounds).
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import shutil
@@ -80,7 +81,10 @@ def ncu_exe() -> str:
     return exe
 
 
+@functools.lru_cache(maxsize=1)
 def ncu_version() -> str:
+    """`ncu --version`'s last line, asked once a process (a profile job asks before it takes
+    the GPU's lock: ncu's start-up is not GPU time)."""
     try:
         out = run_tool([ncu_exe(), "--version"], timeout=60, what="ncu", setting="60 s").stdout
     except ToolTimeout:
