@@ -286,7 +286,8 @@ def acquire_slot(
 # The GPU ledger: where $KERNELBOOK_GPU_LEDGER names a file, each process that held a GPU's
 # lock appends one line when it ends (tab-separated): acquired and released (Unix seconds),
 # pid, exclusive or shared, the GPU's UUID, and the job (its verb, study and variant).
-# tools/gpu-ledger.py says from it how long a run kept its GPUs busy, idle, and with what.
+# `kernelbook ledger` (kernelbook.ledger) says from it how long a run kept its GPUs busy,
+# idle, and with what.
 LEDGER_ENV = "KERNELBOOK_GPU_LEDGER"
 _HOLD: tuple[str, str, float] | None = None
 

@@ -21,7 +21,7 @@ the API records there are no external correlation records); the buffer callbacks
 registered once per process (``clock()`` is a process-wide singleton); one CUPTI client at a
 time (no torch.profiler inside a bench job: CUPTI then fails to attach and the rows say
 so); records are made only while a measurement runs (``Clock.recording``), and the activity
-buffers are flushed (forced) once a round of samples, after its synchronisations.
+buffers are flushed (forced) once a batch of samples, after its synchronisations.
 
 Where CUPTI cannot attach (cupti-python not installed, a host that restricts profiling to
 administrators, another profiler already attached, ``KERNELBOOK_CUPTI=0``), ``clock()`` is
@@ -50,9 +50,10 @@ ENV = "KERNELBOOK_CUPTI"  # "0" turns CUPTI off (events then time every row, and
 # Python callback then waits for the GIL; a CUDA call made under the GIL meanwhile (CuPy's
 # random set-up) can wait on CUPTI in turn, and the process hangs: on the H200, 16 KiB
 # buffers hung a bench job's correctness check every time. So records are made only while a
-# measurement runs (Clock.recording) and a buffer holds far more than one round of samples
-# between two collections (~50 to ~70 records a sample: tools/explore/timer_sample_cost.py),
-# so that only a forced flush, on the timer's own thread, ever hands one back. The size
+# measurement runs (Clock.recording) and a buffer holds far more than one batch of samples
+# (at most timing.QUEUE_LAUNCHES launches) between two collections (~50 to ~70 records a
+# sample at most: tools/explore/timer_sample_cost.py), so that only a forced flush, on the
+# timer's own thread, ever hands one back. The size
 # itself costs little: through Timer.measure (4 functions a round) 16 KiB, 512 KiB and
 # 4 MiB measured 1.00, 1.16 and 0.97 ms a sample of a CuPy kernel, 1.40, 1.49 and 1.56 ms
 # of a torch op (H200, b452985); the records themselves are most of a flush's cost.
@@ -163,7 +164,7 @@ def why_not(error: BaseException | str | None, env: Mapping[str, str] | None = N
     from the environment (``KERNELBOOK_CUPTI=0``), the import error, or the CUPTI error
     (a cupti.cuptiError's status, named)."""
     env = os.environ if env is None else env
-    if env.get(ENV, "1").strip().lower() in ("0", "no", "off", "false"):
+    if turned_off(env):
         return f"CUPTI turned off ({ENV}={env[ENV]}): events time every row"
     if error is None:
         return "CUPTI not attached: events time every row"
@@ -367,12 +368,12 @@ def clock() -> Clock | None:
     global _CLOCK, _REASON, _TRIED
     if _TRIED:
         return _CLOCK
-    if os.environ.get(ENV, "1").strip().lower() not in ("0", "no", "off", "false"):
-        api_mode()  # a bad $KERNELBOOK_CUPTI_API is an error naming it, each time asked
-    _TRIED = True
-    if os.environ.get(ENV, "1").strip().lower() in ("0", "no", "off", "false"):
+    if turned_off():
+        _TRIED = True
         _REASON = why_not(None)
         return None
+    api_mode()  # a bad $KERNELBOOK_CUPTI_API is an error naming it, each time asked
+    _TRIED = True
     try:
         from cupti import cupti as c
     except Exception as e:  # noqa: BLE001 - ImportError, or a missing libcupti
@@ -386,6 +387,12 @@ def clock() -> Clock | None:
         return None
     _CLOCK = clk
     return clk
+
+
+def turned_off(env: Mapping[str, str] | None = None) -> bool:
+    """Whether $KERNELBOOK_CUPTI turns CUPTI off (0, no, off, false)."""
+    env = os.environ if env is None else env
+    return env.get(ENV, "1").strip().lower() in ("0", "no", "off", "false")
 
 
 def api_mode(env: Mapping[str, str] | None = None) -> str:

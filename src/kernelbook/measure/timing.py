@@ -12,11 +12,10 @@ costs more host time than a CuPy launch, so a torch baseline would be charged mo
 variant.
 
 A batch holds whole rounds (one sample of each function), as many as fill ``batch_ms`` of
-GPU time (within QUEUE_LAUNCHES), and is waited for, and its CUPTI records collected, once:
-a synchronisation, a wait and a flush of CUPTI's buffers a sample cost the host ~1 to 2 ms
-(tools/explore/timer_sample_cost.py), many times a short kernel's GPU time, and a
-measurement's wall time, which the stopping rule's min_time_s bounds from below, was mostly
-that. Each sample keeps its own flush before it and its own events and kernel records.
+GPU time (within QUEUE_LAUNCHES), and is waited for, and its CUPTI records collected, once
+(one sample a hold cost the host 0.78 ms a sample of a CuPy kernel, 1.27 ms of a torch op,
+on the H200 at fab5edd: tools/explore/timer_sample_cost.py; docs/measuring.md has what the
+batches left). Each sample keeps its own flush before it and its own events and records.
 
 With ``cache: cold`` the flush *reads* a buffer twice the size of the device's L2 before
 each sample: every line a previous launch left (dirty ones are written back during the
@@ -362,16 +361,12 @@ class Timer:
         the launches CUDA queues without blocking the host (QUEUE_LAUNCHES: each sample's
         flush, events and kernels, CUPTI's count; one round a batch where there is no count)
         and never past ``max_samples``."""
-        if self.batch_ms <= 0:
+        if self.batch_ms <= 0 or not tagged:
             return 1
         per_round = max(self.batch_span_ms / rounds, 1e-3)
-        want = int(self.batch_ms / per_round)
-        if tagged:
-            kernels = sum(float(np.median(c[-8:])) if c else 1.0 for c in counts.values())
-            launches = kernels + width * (3 if self.cold else 2)
-            want = min(want, int(QUEUE_LAUNCHES / launches))
-        else:
-            want = min(want, 1)
+        kernels = sum(float(np.median(c[-8:])) if c else 1.0 for c in counts.values())
+        launches = kernels + width * (3 if self.cold else 2)
+        want = min(int(self.batch_ms / per_round), int(QUEUE_LAUNCHES / launches))
         left = self.rule.max_samples - min(len(s) for s in samples.values())
         return max(1, min(want, left))
 
