@@ -340,6 +340,8 @@ def test_round_trip(table, naive_build, tmp_path):
 
     df = tables.read(path)
     assert list(df.columns) == tables.schema(table, sizes).names
+    # a file's bytes (what `git show REV:PATH` prints) read to the same frame
+    pd.testing.assert_frame_equal(tables.read(path.read_bytes()), df)
     assert len(df) == len(rows)
     for i, row in enumerate(rows):
         for col, value in row.items():

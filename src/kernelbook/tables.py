@@ -102,8 +102,15 @@ def write(rows, path: str | Path, table: str, size_names=(), metadata: dict | No
         raise
 
 
-def read(path: str | Path) -> pd.DataFrame:
-    return pq.read_table(path).to_pandas()
+def read(source: str | Path | bytes) -> pd.DataFrame:
+    """A table from a path or from a file's bytes (as `git show` prints them). Both are read
+    by Arrow's own file readers: a Python file object (what pandas.read_parquet opens, and
+    io.BytesIO) can leave Arrow's reader threads alive into interpreter teardown, where they
+    abort the process ("terminate called without an active exception") after its work is
+    done."""
+    if isinstance(source, bytes):
+        source = pa.BufferReader(source)
+    return pq.read_table(source).to_pandas()
 
 
 def table_sizes(path: str | Path) -> tuple[str, ...]:

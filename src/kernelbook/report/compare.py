@@ -10,13 +10,14 @@ row's interval does not depend on the order or number of other rows.
 
 from __future__ import annotations
 
-import io
 import subprocess
 import zlib
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from kernelbook import tables
 
 SEED = 20261201
 RESAMPLES = 2000
@@ -282,9 +283,9 @@ def read_side(spec: str) -> tuple[pd.DataFrame, pd.DataFrame | None, str]:
 
     def parquet(path: Path, rev: str | None) -> pd.DataFrame | None:
         if rev is None:
-            return pd.read_parquet(path) if path.is_file() else None
+            return tables.read(path) if path.is_file() else None
         got = subprocess.run(["git", "show", f"{rev}:{path.as_posix()}"], capture_output=True)
-        return pd.read_parquet(io.BytesIO(got.stdout)) if got.returncode == 0 else None
+        return tables.read(got.stdout) if got.returncode == 0 else None
 
     rev, path = None, spec
     if ":" in spec and not Path(spec).exists():
@@ -294,9 +295,7 @@ def read_side(spec: str) -> tuple[pd.DataFrame, pd.DataFrame | None, str]:
         meas = parquet(p if p.suffix == ".parquet" else base / "measurements.parquet", rev)
         if meas is not None:
             return meas, parquet(base / "samples.parquet", rev), spec
-    from kernelbook.tables import TableError
-
-    raise TableError(f"compare: no measurements table at {spec}")
+    raise tables.TableError(f"compare: no measurements table at {spec}")
 
 
 def _flag(a, b, col: str, label: str, rel: float = 0.0) -> str | None:
@@ -467,9 +466,7 @@ def run(
     PREFIX.parquet; exit 1 when a verdict of fail_on occurs."""
     unknown = sorted(set(fail_on) - set(VERDICTS))
     if unknown:
-        from kernelbook.tables import TableError
-
-        raise TableError(f"compare: --fail-on {unknown}: the verdicts are {list(VERDICTS)}")
+        raise tables.TableError(f"compare: --fail-on {unknown}: the verdicts are {list(VERDICTS)}")
     ma, sa, _ = read_side(a)
     mb, sb, _ = read_side(b)
     t = compare(ma, sa, mb, sb, seed=seed, resamples=resamples, threshold=threshold)
@@ -481,8 +478,6 @@ def run(
     if ka != kb:
         print(f"unmatched (ok on one side only): {len(ka - kb)} in A, {len(kb - ka)} in B")
     if out:
-        from kernelbook import tables
-
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(f"{out}.md").write_text(markdown(t, a, b))
         tables.write(t, f"{out}.parquet", "comparison")

@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from kernelbook import runlog
+from kernelbook import runlog, tables
 from kernelbook.report import compare, pipeline_cost, plot
 from kernelbook.report.data import copy_word
 
@@ -349,7 +349,6 @@ def write_before_after(rev: str, folders, after: str | None = None, name: str | 
     as commits, so the file stays true, and its regenerate line reproducible, after the study
     is published again (publish keeps the files: each records a change of method, not a
     run)."""
-    import io
     import json
     import subprocess
     from pathlib import Path
@@ -366,7 +365,7 @@ def write_before_after(rev: str, folders, after: str | None = None, name: str | 
         proc = subprocess.run(["git", "show", f"{r}:{path.as_posix()}"], capture_output=True)
         if proc.returncode != 0:
             raise SystemExit(f"kernelbook before-after: {path} is not in git at {r}")
-        return pd.read_parquet(io.BytesIO(proc.stdout))
+        return tables.read(proc.stdout)
 
     out = before_after_file(name)
     rev = commit(rev)
@@ -374,7 +373,7 @@ def write_before_after(rev: str, folders, after: str | None = None, name: str | 
     for folder in map(Path, folders):
         data = folder / "data" / "measurements.parquet"
         before = at(rev, data)
-        now = at(after, data) if after else pd.read_parquet(data)
+        now = at(after, data) if after else tables.read(data)
         meta = json.loads((folder / "data" / "study.json").read_text())
         measured = ", ".join(sorted(set(now["git_commit"].astype(str))))
         was = ", ".join(sorted(set(before["git_commit"].astype(str))))
