@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from kernelbook import tables
+
 REPO = Path(__file__).resolve().parents[1]
 _CUBINS = pytest.StashKey[str]()
 
@@ -386,23 +388,21 @@ def kb(*args: str, settings: dict | None = None, timeout: float = 900, check: bo
 def sanitizer_rows(tmp_path: Path, study: str, variant: str):
     """`kernelbook compile` then `kernelbook sanitize` of one variant, as the book's jobs run
     them; its sanitizer table, one row a tool."""
-    import pandas as pd
 
     build, out = tmp_path / "build", tmp_path / "sanitizer.parquet"
     own = {"studies": [study]}
     kb("compile", study, variant, "--cubin", str(build / variant / "kernel.cubin"), settings=own)
     kb("sanitize", study, variant, "--build-dir", str(build), "--out", str(out), settings=own)
-    return pd.read_parquet(out).set_index("tool")
+    return tables.read(out).set_index("tool")
 
 
 def bench_rows(tmp_path: Path, settings: dict, study: str, variant: str, sizes):
     """`kernelbook bench STUDY VARIANT --size ...` under ``settings``, in the repository;
     its measurements table (an AssertionError with the output if the command fails)."""
-    import pandas as pd
 
     out = tmp_path / f"{variant}-{len(list(tmp_path.iterdir()))}.parquet"
     kb(*_bench_args(study, [variant], sizes, out), settings=settings, timeout=600)
-    return pd.read_parquet(out)
+    return tables.read(out)
 
 
 def _bench_args(study: str, variants, sizes, out: Path) -> list[str]:
@@ -423,8 +423,6 @@ def bench_batch(tmp_path_factory):
     which variant lost the device)."""
     import json
 
-    import pandas as pd
-
     runs: dict = {}
     where = tmp_path_factory.mktemp("bench-batch")
 
@@ -436,7 +434,7 @@ def bench_batch(tmp_path_factory):
             out = where / f"{study}-{len(runs)}.parquet"
             args = [*_bench_args(study, variants, sizes, out), "--record-failure"]
             proc = kb(*args, settings=settings, timeout=60 + 30 * len(variants), check=False)
-            runs[key] = (pd.read_parquet(out) if out.is_file() else None, proc)
+            runs[key] = (tables.read(out) if out.is_file() else None, proc)
         df, proc = runs[key]
         got = None if df is None else df[df["variant"] == variant].reset_index(drop=True)
         if got is None or got.empty:

@@ -8,16 +8,16 @@ import json
 import re
 import shutil
 
-import pandas as pd
 import pytest
 from conftest import REPO
 
+from kernelbook import tables
 from kernelbook.report import publish
 from kernelbook.report.markdown import fmt
 
 GPU, STUDY = "nvidia-h200", "transpose"
 HEAD = "16384x16384"
-_MEAS = pd.read_parquet(REPO / "worklogs" / GPU / STUDY / "data" / "measurements.parquet")
+_MEAS = tables.read(REPO / "worklogs" / GPU / STUDY / "data" / "measurements.parquet")
 _ROWS = _MEAS[(_MEAS["size"] == HEAD) & (_MEAS["variant_kind"] != "candidate")].set_index("variant")
 
 

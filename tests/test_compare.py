@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from conftest import REPO
 
-from kernelbook import cli
+from kernelbook import cli, tables
 from kernelbook.report import compare, publish
 from kernelbook.report.markdown import parse_tables
 
@@ -152,7 +152,7 @@ def test_cli_exit_status_with_fail_on(tmp_path, capsys):
     assert "slower" in text and "verdicts:" in text
     md = (tmp_path / "out" / "cmp.md").read_text()
     assert "seed 20261201" in md and "| v2 |" in md
-    t = pd.read_parquet(tmp_path / "out" / "cmp.parquet")
+    t = tables.read(tmp_path / "out" / "cmp.parquet")
     assert t.set_index("variant")["verdict"].to_dict() == {"v1": "same", "v2": "slower"}
     assert set(t["ci_resamples"]) == {compare.RESAMPLES}
     assert cli.main(["compare", B, A, "--fail-on", "slower"]) == 0  # the other way: faster

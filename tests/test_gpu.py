@@ -10,11 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pandas as pd
 import pytest
 from conftest import CHECK_TIMING, bench_rows, candidate_sample, kb
 
-from kernelbook import gpu
+from kernelbook import gpu, tables
 
 ROOT = Path(__file__).resolve().parents[1]
 INFO, WHY = gpu.detect()
@@ -89,7 +88,7 @@ def test_negative_controls_caught_while_other_jobs_finish(tmp_path):
     # a failing variant is recorded as failed rows: every bench job succeeds
     assert proc.returncode == 0, proc.stderr[-3000:]
     good = results / slug / "controls" / "bench" / "02_coalescing.parquet"
-    assert pd.read_parquet(good)["correct"].all()
+    assert tables.read(good)["correct"].all()
     logs = results / "logs" / "controls" / "bench" / slug
     expected = {
         "90_wrong": ("wrong", "exceeds the tolerance"),
@@ -103,7 +102,7 @@ def test_negative_controls_caught_while_other_jobs_finish(tmp_path):
         assert needle in text, f"{variant}: {text[-2000:]}"
         assert f"controls/{variant} at M=" in text
         assert "Traceback" not in text, text
-        df = pd.read_parquet(results / slug / "controls" / "bench" / f"{variant}.parquet")
+        df = tables.read(results / slug / "controls" / "bench" / f"{variant}.parquet")
         assert list(df["size"]) == ["256x256x256", "1000x1000x1000"], df
         assert (df["status"] == "failed").all(), df[["size", "status", "reason"]]
         assert (df["failure"] == kind).all(), (variant, list(df["failure"]), list(df["reason"]))
@@ -147,7 +146,7 @@ def test_controls_study_passes_its_gates_when_every_control_fails_as_declared(tm
     ok = (base / "bench.ok").read_text()
     assert "no unexpected failures" in ok and "controls/95_hang" in ok and "90_wrong" in ok
     assert (base / "sanitize.ok").is_file()
-    san = pd.read_parquet(base / "sanitizer.parquet")
+    san = tables.read(base / "sanitizer.parquet")
     verdict = {(r.variant, r.tool): r.verdict for r in san.itertuples()}
     assert verdict[("92_oob", "memcheck")] == "expected"
     assert verdict[("93_race", "racecheck")] == "expected"
@@ -215,14 +214,14 @@ def test_a_wrong_and_a_hanging_variant_do_not_hide_the_study(tmp_path):
     base = root / "results" / INFO.slug / "mixed"
     for name in ("measurements", "profile", "roofline", "sanitizer"):
         assert (base / f"{name}.parquet").is_file(), (name, out[-6000:])
-    m = pd.read_parquet(base / "measurements.parquet").set_index(["variant", "size"])
+    m = tables.read(base / "measurements.parquet").set_index(["variant", "size"])
     assert (m.loc["02_coalescing", "status"] == "ok").all()
     assert (m.loc["90_wrong", "failure"] == "wrong").all()
     assert (m.loc["95_hang", "failure"] == "hang").all()
-    prof = pd.read_parquet(base / "profile.parquet")
+    prof = tables.read(base / "profile.parquet")
     assert set(prof.loc[prof["variant"] == "95_hang", "status"]) == {"not_run"}
     assert (prof.loc[prof["variant"] == "02_coalescing", "status"] == "ok").all()
-    san = pd.read_parquet(base / "sanitizer.parquet")
+    san = tables.read(base / "sanitizer.parquet")
     assert set(san.loc[san["variant"] == "95_hang", "verdict"]) == {"not_run"}
     page = (base / "worklog.md").read_text()
     top = page[: page.index("## Provenance")]
@@ -295,7 +294,7 @@ def test_a_faults_study_costs_seconds_and_names_every_fault(tmp_path):
         "faults/96_syntax 256x256x256 [bench] compile: nvcc failed on kernels/controls/96_syn",
     ):
         assert named in tail, tail
-    san = pd.read_parquet(base / "sanitizer.parquet")
+    san = tables.read(base / "sanitizer.parquet")
     oob = san[san["variant"] == "92_oob"]
     assert len(oob) and (oob["verdict"] != "hang").all(), oob  # explained or stopped, not waited on
     print(f"faults study: {took:.0f} s from an empty results/ to the gates' summary")
@@ -333,7 +332,7 @@ def test_a_hang_under_a_tool_is_killed_and_recorded(tmp_path, stage):
     start = time.monotonic()
     kb(*args, settings=settings, timeout=600)
     took = time.monotonic() - start
-    df = pd.read_parquet(out)
+    df = tables.read(out)
     if stage == "profile":
         assert (df["status"] == "failed").all() and (df["failure"] == "hang").all(), df
         assert f"ncu still running after {limit} s (timeouts.ncu_s)" in df["reason"].iloc[0]
@@ -444,7 +443,7 @@ def test_graph_timing_for_tiny_kernels(tmp_path):
 def test_device_table(tmp_path):
     out = tmp_path / "device.parquet"
     kb("device", "--out", str(out))
-    df = pd.read_parquet(out).set_index("quantity")["value"]
+    df = tables.read(out).set_index("quantity")["value"]
     assert df["sm_count"] >= 1
     assert df["l2_bytes"] > 1e6
     assert df["copy_gbps"] > 500
@@ -464,7 +463,7 @@ def test_several_variants_in_one_bench_each_get_their_own_verdict(tmp_path):
         "bench", "controls", *run, "--size", "256", "--record-failure", "--out", str(out),
         settings={**CONTROLS, "timing": CHECK_TIMING},
     )  # fmt: skip
-    df = pd.read_parquet(out).set_index("variant")
+    df = tables.read(out).set_index("variant")
     assert list(df.index) == run[:3], df[["size", "status", "failure"]]
     assert df.loc["90_wrong", "failure"] == "wrong" and df.loc["02_coalescing", "status"] == "ok"
     assert df.loc["94_crash", "failure"] == "crash"
@@ -591,7 +590,7 @@ def test_concurrent_jobs_land_on_distinct_gpus(tmp_path):
         env={**os.environ, "KERNELBOOK_LOCK_DIR": str(tmp_path / "locks")},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    uuids = {pd.read_parquet(t)["gpu_uuid"].iloc[0] for t in targets}
+    uuids = {tables.read(t)["gpu_uuid"].iloc[0] for t in targets}
     assert len(uuids) == 2, uuids
 
 
@@ -619,7 +618,7 @@ def test_profile_counts_the_gemm_ffmas(tmp_path, variant):
         "--out",
         str(out),
     )
-    df = pd.read_parquet(out)
+    df = tables.read(out)
     assert list((tmp_path / "reports").glob("*.ncu-rep")), "the .ncu-rep is kept"
     row = df[df["metric"] == "sm__sass_thread_inst_executed_op_ffma_pred_on.sum"].iloc[0]
     mnk = row["M"] * row["N"] * row["K"]
@@ -628,7 +627,7 @@ def test_profile_counts_the_gemm_ffmas(tmp_path, variant):
     # the roofline derivation counts 2 FLOP per FFMA
     roof = tmp_path / "roofline.parquet"
     kb("roofline", "sgemm", "--profile", str(out), "--out", str(roof))
-    r = pd.read_parquet(roof).iloc[0]
+    r = tables.read(roof).iloc[0]
     assert abs(r["flop"] / (2 * mnk) - 1) < 0.01
     assert r["dram_bytes"] > 0 and r["l2_bytes"] >= r["dram_bytes"] * 0.5
     assert r["top_stall"]
@@ -640,7 +639,7 @@ def test_quick_profile_at_any_size_compiles_the_variant_itself(tmp_path):
     out = tmp_path / "profile.parquet"
     kb("profile", "sgemm", "01_naive", "--size", "256x128x64", "--size", "128x128x128",
        "--reports", str(tmp_path / "reports"), "--out", str(out))  # fmt: skip
-    df = pd.read_parquet(out)
+    df = tables.read(out)
     ffma = df[df["metric"] == "sm__sass_thread_inst_executed_op_ffma_pred_on.sum"]
     assert sorted(ffma["size"]) == ["128x128x128", "256x128x64"]
     for _, r in ffma.iterrows():
@@ -671,7 +670,7 @@ def test_sanitizer_flags_the_controls_and_passes_a_good_kernel(tmp_path, variant
         str(out),
         settings=CONTROLS,
     )
-    df = pd.read_parquet(out).set_index("tool")
+    df = tables.read(out).set_index("tool")
     assert set(df.index) == {"memcheck", "racecheck", "initcheck", "synccheck"}
     if tool is None:
         assert (df["verdict"] == "clean").all(), df

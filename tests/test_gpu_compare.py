@@ -29,7 +29,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from kernelbook import gpu, layout
+from kernelbook import gpu, layout, tables
 from kernelbook.report import compare, publish
 from kernelbook.report.markdown import parse_tables
 
@@ -160,7 +160,7 @@ def compare_cli(root: Path, a: Path, b: Path) -> pd.DataFrame:
     out = root / "runs" / f"{a.name}-vs-{b.name}"
     proc = kb(root, "compare", str(a), str(b), "--out", str(out))
     print(proc.stdout)
-    return pd.read_parquet(f"{out}.parquet")
+    return tables.read(f"{out}.parquet")
 
 
 def test_the_same_kernel_timed_twice_is_the_same(runs):
@@ -180,8 +180,8 @@ def test_a_kernel_that_reads_its_input_twice_is_slower(runs):
     assert r["verdict"] == "slower", r.to_dict()
     # 1.5x the bytes of a DRAM-bound copy: about 1 / 1.5, far below the +-1 % band
     assert 0.5 < r["speed_hi"] < 0.9, r.to_dict()
-    a = pd.read_parquet(got["first"] / "measurements.parquet").iloc[0]
-    b = pd.read_parquet(got["edited"] / "measurements.parquet").iloc[0]
+    a = tables.read(got["first"] / "measurements.parquet").iloc[0]
+    b = tables.read(got["edited"] / "measurements.parquet").iloc[0]
     assert a["source_sha256"] != b["source_sha256"] and b["correct"]
     # the other way round it is faster, and --fail-on says so by its exit status
     assert compare_cli(root, got["edited"], got["first"]).iloc[0]["verdict"] == "faster"
@@ -255,8 +255,8 @@ def test_a_tuned_rows_samples_are_its_own_jobs(tmp_path):
         cwd=root, env=copy_env(root), capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
-    meas = pd.read_parquet(root / paths["measurements"])
-    samples = pd.read_parquet(root / paths["samples"])
+    meas = tables.read(root / paths["measurements"])
+    samples = tables.read(root / paths["samples"])
     assert samples["job"].notna().all() and compare.has_jobs(samples)
     cands = {"01_tuned__BLOCK128", "01_tuned__BLOCK256"}
     assert set(samples["job"]) == cands | {"01_tuned"}

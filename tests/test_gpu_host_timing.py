@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from kernelbook import config, gpu
+from kernelbook import config, gpu, tables
 
 ROOT = Path(__file__).resolve().parents[1]
 INFO, WHY = gpu.detect()
@@ -113,7 +113,7 @@ def test_device_table_launch_overhead_agrees_with_a_regimes_eager_op(tmp_path):
     cmd = [sys.executable, "-m", "kernelbook", "device", "--out", str(out)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    table = pd.read_parquet(out).set_index("quantity")
+    table = tables.read(out).set_index("quantity")
     per_op = float(table.loc["launch_overhead_us", "value"])
     row, _ = _bench(tmp_path, "01_scale_eager")
     one_op = float(row["median_ms"]) * 1e3
@@ -133,9 +133,9 @@ def _bench(tmp_path: Path, variant: str) -> tuple[pd.Series, pd.DataFrame]:
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     print(proc.stderr[-2000:])
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    rows = pd.read_parquet(out)
+    rows = tables.read(out)
     assert len(rows) == 1
-    return rows.iloc[0], pd.read_parquet(samples)
+    return rows.iloc[0], tables.read(samples)
 
 
 @pytest.mark.parametrize("variant", ["01_scale_eager", "04_chain_graph"])

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from conftest import CHECK_TIMING, bench_rows, candidate_sample, kb
 
-from kernelbook import gpu
+from kernelbook import gpu, tables
 
 ROOT = Path(__file__).resolve().parents[1]
 INFO, WHY = gpu.detect()
@@ -157,7 +157,7 @@ def _profile(tmp_path, study, variant) -> pd.DataFrame:
         settings=settings(study),
     )
     assert list((tmp_path / "reports").glob("*.ncu-rep")), "the .ncu-rep is kept"
-    return pd.read_parquet(out)
+    return tables.read(out)
 
 
 @pytest.mark.parametrize("study", ["softmax", "softmax_bf16"])
@@ -232,6 +232,6 @@ def test_sanitizer_clean(tmp_path, study, variant):
         str(out),
         settings=settings(study),
     )
-    df = pd.read_parquet(out).set_index("tool")
+    df = tables.read(out).set_index("tool")
     assert set(df.index) == {"memcheck", "racecheck", "initcheck", "synccheck"}
     assert (df["verdict"] == "clean").all(), df[["verdict", "errors", "first_finding"]]

@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from kernelbook import config, gpu
+from kernelbook import config, gpu, tables
 
 ROOT = Path(__file__).resolve().parents[1]
 INFO, WHY = gpu.detect()
@@ -97,7 +97,7 @@ def bench(tmp_path_factory):
         )  # fmt: skip
         print(proc.stderr[-2000:])
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        _CACHE[key] = pd.read_parquet(out).iloc[0], pd.read_parquet(samples)
+        _CACHE[key] = tables.read(out).iloc[0], tables.read(samples)
         return _CACHE[key]
 
     return run

@@ -6,12 +6,11 @@ import json
 import subprocess
 import sys
 
-import pandas as pd
 import pytest
 from conftest import CHECK_TIMING, copy_env
 from test_kinds import kinds_repo
 
-from kernelbook import gpu
+from kernelbook import gpu, tables
 
 INFO, WHY = gpu.detect()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(INFO is None, reason=f"no GPU here: {WHY}")]
@@ -31,7 +30,7 @@ def test_each_kind_is_checked_and_timed(tmp_path, variant):
     root = kinds_repo(tmp_path / "repo")
     out = tmp_path / "m.parquet"
     kb(root, "bench", "kinds", variant, "--size", "64", "--size", "100x70x33", "--out", str(out))
-    df = pd.read_parquet(out)
+    df = tables.read(out)
     assert list(df["status"]) == ["ok", "ok"], df[["status", "reason"]]
     assert (df["rel_err"] < df["tolerance"]).all() and (df["n_samples"] >= 10).all()
     assert df["baseline_median_ms"].notna().all() and df["gpu_uuid"].str.startswith("GPU-").all()
@@ -53,7 +52,7 @@ def test_a_batch_records_a_variant_that_does_not_compile_and_runs_the_rest(tmp_p
     out = tmp_path / "m.parquet"
     proc = kb(root, "bench", "kinds", "04_broken", "01_cuda", "--size", "64",
               "--record-failure", "--out", str(out))  # fmt: skip
-    df = pd.read_parquet(out).set_index("variant")
+    df = tables.read(out).set_index("variant")
     assert list(df.index) == ["04_broken", "01_cuda"], df[["status", "reason"]]
     assert df.loc["04_broken", "status"] == "failed" and df.loc["04_broken", "failure"] == "compile"
     assert "triton failed on kernels/kinds/04_broken.py" in df.loc["04_broken", "reason"]
@@ -81,5 +80,5 @@ def test_triton_ladder_steps(tmp_path, study, variant, sizes):
     for s in sizes:
         args += ["--size", s]
     kb(REPO, *args)
-    df = pd.read_parquet(out)
+    df = tables.read(out)
     assert list(df["status"]) == ["ok", "ok"], df[["status", "reason"]]

@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from kernelbook import tables
 from kernelbook.report import pipeline_cost, plot, quality
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -15,7 +16,7 @@ SGEMM = ROOT / "worklogs" / "nvidia-h200" / "sgemm" / "data"
 
 @pytest.fixture(scope="module")
 def meas():
-    return pd.read_parquet(SGEMM / "measurements.parquet")
+    return tables.read(SGEMM / "measurements.parquet")
 
 
 def test_baseline_spread_is_max_over_min_per_size(meas):
@@ -69,7 +70,7 @@ def test_spread_compares_only_jobs_that_time_the_same_baseline_call():
 
 
 def test_sample_rows_follow_a_tuned_row_to_its_winning_candidate(meas):
-    samples = pd.read_parquet(SGEMM / "samples.parquet")
+    samples = tables.read(SGEMM / "samples.parquet")
     s = quality.sample_rows(meas, samples, "4096x4096x4096")
     tuned = meas[(meas["variant"] == "10_warptiling") & (meas["size"] == "4096x4096x4096")]
     winner = tuned["tuned_from"].iloc[0]
@@ -81,7 +82,7 @@ def test_sample_rows_follow_a_tuned_row_to_its_winning_candidate(meas):
 
 def test_distribution_figure_is_drawn_or_says_why(meas, tmp_path):
     plot.style()
-    samples = pd.read_parquet(SGEMM / "samples.parquet")
+    samples = tables.read(SGEMM / "samples.parquet")
     order = [v for v in meas["variant"].unique() if "__" not in v]
     f = quality.distribution(meas, samples, order, tmp_path, size_label="4096x4096x4096")
     assert f.drawn and (tmp_path / f.png).is_file()
@@ -132,7 +133,7 @@ def test_stages_table_reads_snakemake_benchmark_files(tmp_path):
 
 
 def test_published_stage_tables_cover_every_stage_that_ran():
-    df = pd.read_parquet(SGEMM / "stages.parquet")
+    df = tables.read(SGEMM / "stages.parquet")
     assert {"compile", "bench", "profile", "sanitize", "device"} <= set(df["stage"])
     assert "other" not in set(df["stage"])
 
@@ -141,7 +142,7 @@ def test_the_cost_section_splits_bench_and_profile_jobs_by_their_own_clocks():
     """Bench rows (the published softmax tables keep their clocks) and profile rows: a job's
     start-up and wait once, each size's ncu share once, whatever its number of metrics."""
     soft = ROOT / "worklogs" / "nvidia-h200" / "softmax" / "data"
-    meas = pd.read_parquet(soft / "measurements.parquet")
+    meas = tables.read(soft / "measurements.parquet")
     spent = quality.bench_time(meas)
     assert spent["jobs"] == meas["variant"].nunique()
     assert spent["timing"] == pytest.approx(meas["timing_s"].sum())
@@ -154,7 +155,7 @@ def test_the_cost_section_splits_bench_and_profile_jobs_by_their_own_clocks():
     spent = quality.bench_time(newer)
     assert spent["sampling"] == pytest.approx(0.25 * meas["timing_s"].sum())
     assert spent["timing_setup"] + spent["sampling"] == pytest.approx(spent["timing"])
-    stages = pd.read_parquet(soft / "stages.parquet")
+    stages = tables.read(soft / "stages.parquet")
     text = "\n".join(quality.stages_section(stages, lambda x, d: f"{x:.{d}g}", meas=newer))
     assert "| timing: inputs and baselines | timing: samples |" in text
     assert "| timing |" not in text

@@ -1103,7 +1103,7 @@ def _reordered_copy(worklogs: Path, gpu: str, study: str, dest: Path, seed: int)
         shutil.copyfile(src["run"], out["run"])
     for name in layout.DATA_TABLES:
         if src[name].is_file():
-            df = pd.read_parquet(src[name])
+            df = tables.read(src[name])
             order = (
                 np.random.default_rng(seed).permutation(len(df)) if seed else range(len(df))[::-1]
             )
@@ -1209,7 +1209,7 @@ def test_a_read_bound_study_names_its_streaming_read_where_others_name_the_copy(
     src = REPO / "worklogs" / gpu / study / "data"
     dst = worklogs / gpu / study / "data"
     shutil.copytree(src, dst)
-    m = pd.read_parquet(dst / "measurements.parquet")
+    m = tables.read(dst / "measurements.parquet")
     assert set(m["copy_kind"].dropna()) == {"copy"}  # softmax reads and writes: a copy
     m.assign(copy_kind="read").to_parquet(dst / "measurements.parquet")
     page = publish.render_published(worklogs, gpu, study, REPO / "analysis", tmp_path / "out")
@@ -1258,7 +1258,7 @@ def test_reproduce_names_the_newest_of_several_measuring_commits():
     from kernelbook.report.data import StudyData
     from kernelbook.report.sections import regenerate_commands
 
-    m = pd.read_parquet(REPO / "worklogs" / GPU / STUDY / "data" / "measurements.parquet")
+    m = tables.read(REPO / "worklogs" / GPU / STUDY / "data" / "measurements.parquet")
     early = m.assign(git_commit="a" * 40, measured_at="2026-01-01T00:00:00Z")
     late = m.assign(git_commit="b" * 40, measured_at="2026-02-01T00:00:00Z")
     one = regenerate_commands(StudyData(meta={"study": STUDY}, tables={"measurements": late}))
