@@ -455,8 +455,9 @@ def test_device_table(tmp_path):
 
 
 def test_several_variants_in_one_bench_each_get_their_own_verdict(tmp_path):
-    """One process, four controls: a wrong one is recorded and the next runs; a crash loses
-    the device, so the rest are named as not run, and the rows so far are on disk."""
+    """One job, four controls: a wrong one is recorded and the next runs in the same worker;
+    a crash loses that worker's device, so a fresh worker (its own CUDA context) runs the
+    rest, and every variant gets its verdict in one table."""
     out = tmp_path / "m.parquet"
     run = ["90_wrong", "02_coalescing", "94_crash", "91_nan"]
     proc = kb(
@@ -464,10 +465,11 @@ def test_several_variants_in_one_bench_each_get_their_own_verdict(tmp_path):
         settings={**CONTROLS, "timing": CHECK_TIMING},
     )  # fmt: skip
     df = tables.read(out).set_index("variant")
-    assert list(df.index) == run[:3], df[["size", "status", "failure"]]
+    assert list(df.index) == run, df[["size", "status", "failure"]]
     assert df.loc["90_wrong", "failure"] == "wrong" and df.loc["02_coalescing", "status"] == "ok"
     assert df.loc["94_crash", "failure"] == "crash"
-    assert "controls/94_crash lost the device (crash): not run: 91_nan" in proc.stderr
+    assert df.loc["91_nan", "failure"] == "nonfinite"  # run after the crash, on a live device
+    assert "controls/94_crash lost the device (crash): a fresh process runs 91_nan" in proc.stderr
     assert any(line.startswith("variant") for line in proc.stdout.splitlines()), proc.stdout
 
 
@@ -592,6 +594,46 @@ def test_concurrent_jobs_land_on_distinct_gpus(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     uuids = {tables.read(t)["gpu_uuid"].iloc[0] for t in targets}
     assert len(uuids) == 2, uuids
+
+
+def test_a_tune_space_is_benched_in_one_job_then_its_winners_picked(tmp_path):
+    """The pipeline's tuning through real Snakemake: every candidate of a tuned variant
+    compiled by its own job, then benched in one (bench_candidates: one process, one GPU
+    lock, one table and one samples table), then a winner picked at each tune size."""
+    results = tmp_path / "results"
+    slug = INFO.slug
+    study = "softmax"
+    variant = "06_online_tuned"
+    tuned = results / slug / study / "tuned" / f"{variant}.parquet"
+    overlay = tmp_path / "fast.yaml"
+    overlay.write_text(json.dumps({"results": str(results), "studies": [study], **FAST}))
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", str(tuned), "--cores", "4", "--resources", "gpu=1",
+         "--configfile", str(overlay)],
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
+        env={**os.environ, "KERNELBOOK_LOCK_DIR": str(tmp_path / "locks")},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    from kernelbook import config
+
+    p = config.load_project_file(ROOT / "config" / "config.yaml", overrides={"studies": [study]})
+    v = p.study(study).variant(variant)
+    got = tables.read(results / slug / study / "candidates" / f"{variant}.parquet")
+    assert sorted(set(got["variant"])) == sorted(v.candidates)
+    assert (got["variant_kind"] == "candidate").all() and (got["tuned_from"] == variant).all()
+    assert len(got) == len(v.candidates) * len(v.tune_sizes)
+    ok = got[got["status"] == "ok"]
+    assert len(ok) and ok["correct"].all()
+    # one job: every candidate's rows carry its start-up and its wait for the GPU
+    assert ok["job_startup_s"].nunique() == 1 and ok["job_wait_s"].nunique() == 1
+    samples = tables.read(results / slug / study / "samples" / "candidates" / f"{variant}.parquet")
+    assert set(samples["variant"]) == set(ok["variant"])
+    bench = results / "benchmarks" / "bench_candidates" / slug / study / f"{variant}.tsv"
+    assert bench.is_file()
+    assert not (results / slug / study / "bench").exists()  # no job a candidate
+    won = tables.read(tuned)
+    picks = won[won["variant_kind"] == "tuned"]
+    assert len(picks) == len(v.tune_sizes) and set(picks["tuned_from"]) <= set(v.candidates)
 
 
 def _compile(tmp_path, study, variant, settings=None):

@@ -290,7 +290,7 @@ def test_gpu_job_asks_for_a_gpu_and_is_refused_here(slurm, tmp_path, model, targ
 # ------------------------------------------------------------------------------------------
 # What the profile asks for, rule by rule (a dry run: nothing is submitted)
 
-GPU_RULES = {"bench", "bench_tuned_sweep", "profile", "sanitize", "device"}
+GPU_RULES = {"bench", "bench_candidates", "bench_tuned_sweep", "profile", "sanitize", "device"}
 
 
 @needs_slurm

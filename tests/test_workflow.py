@@ -174,6 +174,9 @@ main()
 """
 
 
+TIMED_RULES = ("bench", "bench_candidates", "bench_tuned_sweep")
+
+
 def test_gpu_dag_tunes_then_sweeps_the_winner(repo_copy):
     proc = run_in(repo_copy, ["-c", AS_IF_GPU, "-n", "tables"], timeout=300)
     assert proc.returncode == 0, output(proc)
@@ -185,7 +188,9 @@ def test_gpu_dag_tunes_then_sweeps_the_winner(repo_copy):
     def by(rule):
         return sorted(w["variant"] for r, w in jobs if r == rule and w["study"] == "sgemm")
 
-    assert by("bench") == sorted(v.id for v in study.jobs())  # every candidate its own job
+    plain = sorted(v.id for v in study.variants if not v.is_tuned)
+    assert by("bench") == plain  # a job a plain variant
+    assert by("bench_candidates") == tuned  # a tuned variant's candidates: one job
     assert by("select_tuned") == tuned
     assert by("bench_tuned_sweep") == tuned  # each winner runs at the other sizes
     declared = sorted(v.id for v in study.variants)
@@ -199,9 +204,9 @@ def test_gpu_dag_tunes_then_sweeps_the_winner(repo_copy):
     for line in output(proc).splitlines():
         if line.startswith(("rule ", "localrule ")):
             current = line.split()[1].rstrip(":")
-        elif line.strip().startswith("output:") and current in ("bench", "bench_tuned_sweep"):
+        elif line.strip().startswith("output:") and current in TIMED_RULES:
             study = line.split("results/nvidia-h200/", 1)[1].split("/", 1)[0]
-        elif line.strip().startswith("priority:") and current in ("bench", "bench_tuned_sweep"):
+        elif line.strip().startswith("priority:") and current in TIMED_RULES:
             prio.setdefault(study, set()).add(int(line.split(":")[1]))
     assert prio["regimes"] == {100}
     assert all(p == {10} for s, p in prio.items() if s != "regimes"), prio

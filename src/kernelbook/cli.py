@@ -85,13 +85,13 @@ def cmd_compile(args) -> int:
 
 
 # bench options that name one variant's files: refused with several variants
-ONE_VARIANT_ONLY = ("cubin", "build_table", "tuned_table", "build_dir")
+ONE_VARIANT_ONLY = ("cubin", "build_table", "tuned_table")
 
 
 def cmd_bench(args) -> int:
     from kernelbook.measure.job import bench_job
 
-    if len(args.variant) > 1:
+    if len(args.variant) > 1 or args.candidates:
         from kernelbook.measure.job import bench_variants
 
         one = [f"--{n.replace('_', '-')}" for n in ONE_VARIANT_ONLY if getattr(args, n)]
@@ -100,9 +100,17 @@ def cmd_bench(args) -> int:
         project = _project(args)
         study = _load_study(args, project, args.study)
         variants = [study.variant(v) for v in args.variant]
+        if args.candidates:
+            plain = [v.id for v in variants if not v.is_tuned]
+            if plain:
+                raise cfg.ConfigError(
+                    f"bench --candidates: {study.name}/{', '.join(plain)} is not autotuned "
+                    "(no candidates to bench)"
+                )
+            variants = [study.variant(c) for v in variants for c in v.candidates]
         return bench_variants(
             project, study, variants, _sizes(args), args.out, args.samples_out,
-            args.record_failure,
+            args.record_failure, args.build_dir,
         )  # fmt: skip
     args.variant = args.variant[0]
     project, study, variant = _study_variant(args)
@@ -342,7 +350,17 @@ def parser() -> argparse.ArgumentParser:
         help="for an autotuned variant: its tuned table; the winner at the headline tune size "
         "runs at the study's other sizes",
     )
-    s.add_argument("--build-dir", help="for an autotuned variant: where its candidates' builds are")
+    s.add_argument(
+        "--build-dir",
+        help="where the builds are (<dir>/<id>/kernel.cubin and build.parquet): an autotuned "
+        "variant's candidates, or the variants of a bench of several",
+    )
+    s.add_argument(
+        "--candidates",
+        action="store_true",
+        help="bench every candidate of the autotuned variants named, in one job (one GPU "
+        "lock, one table; what the pipeline's tune jobs run)",
+    )
     s.add_argument("--out", help="measurements table (Parquet)")
     s.add_argument("--samples-out", help="every timed sample (samples table, Parquet)")
     s.add_argument(
@@ -534,17 +552,36 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv=None) -> int:
+def user_errors() -> tuple[type[Exception], ...]:
+    """The errors a command reports in one line (kernelbook: error: ...), exit status 1."""
     from kernelbook.build.nvcc import CompileError
     from kernelbook.gate import GateFailed
     from kernelbook.gpu import NoGpu
-    from kernelbook.launch.kernel import Crash, DeviceFault, Hang, KernelFailure
+    from kernelbook.launch.kernel import KernelFailure
     from kernelbook.measure.timing import TimingError
     from kernelbook.problems.base import CheckError
     from kernelbook.profile.job import SanitizerFindings
     from kernelbook.profile.ncu import ProfileError
     from kernelbook.profile.sanitize import SanitizeError
     from kernelbook.tables import TableError
+
+    return (
+        cfg.ConfigError,
+        CompileError,
+        KernelFailure,
+        CheckError,
+        TableError,
+        NoGpu,
+        ProfileError,
+        SanitizeError,
+        SanitizerFindings,
+        GateFailed,
+        TimingError,
+    )
+
+
+def main(argv=None) -> int:
+    from kernelbook.launch.kernel import Crash, DeviceFault, Hang
 
     args = parser().parse_args(argv)
     if args.command in SERVED and not jobserver.IN_CHILD:
@@ -564,18 +601,6 @@ def main(argv=None) -> int:
         _eprint(f"kernelbook: error: {e}")
         sys.stderr.flush()
         os._exit(1)
-    except (
-        cfg.ConfigError,
-        CompileError,
-        KernelFailure,
-        CheckError,
-        TableError,
-        NoGpu,
-        ProfileError,
-        SanitizeError,
-        SanitizerFindings,
-        GateFailed,
-        TimingError,
-    ) as e:
+    except user_errors() as e:
         _eprint(f"kernelbook: error: {e}")
         return 1

@@ -1,6 +1,7 @@
 # Bench stage (GPU): check every size against the reference, then time it beside the
-# baseline; autotuning candidates reduce to their tuned variant, whose winner at the headline
-# then runs at the sizes it was not tuned at (sweep/); one table per study.
+# baseline; a tuned variant's candidates are benched in one job (candidates/: one start-up
+# and one GPU lock for the tune space) and reduce to the tuned variant, whose winner at the
+# headline then runs at the sizes it was not tuned at (sweep/); one table per study.
 # A variant that fails (compile, launch, wrong, crash, hang) is recorded as failed rows and
 # its job succeeds, so the study's tables and page are made; the gate of each study then
 # fails the run at its end with one line per failure (negative controls that fail as their
@@ -36,9 +37,37 @@ rule bench:
         "--out {output.table} --samples-out {output.samples} --record-failure > {log} 2>&1"
 
 
+rule bench_candidates:
+    input:
+        unpack(candidate_builds),
+    output:
+        table=RL.job_table("{gpu}", "{study}", "candidates", "{variant}"),
+        samples=RL.samples_table("{gpu}", "{study}", "candidates", "{variant}"),
+    log:
+        RL.log("{study}", "candidates", "{gpu}", "{variant}.log"),
+    benchmark:
+        RL.benchmark("bench_candidates", "{gpu}", "{study}", "{variant}")
+    priority: host_timed_priority
+    conda:
+        "../envs/kernelbook.yaml"
+    threads: host_timed_threads
+    resources:
+        gpu=1,
+        gpu_model=GPU_MODEL,
+    params:
+        settings=settings_arg,
+        build_dir=lambda w: RL.build_dir(w.study),
+        py=PY,
+    shell:
+        "KERNELBOOK_GPU_MODEL={wildcards.gpu} {params.py} -m kernelbook "
+        "--settings {params.settings} bench {wildcards.study} {wildcards.variant} "
+        "--candidates --build-dir {params.build_dir} --out {output.table} "
+        "--samples-out {output.samples} --record-failure > {log} 2>&1"
+
+
 rule select_tuned:
     input:
-        candidate_files,
+        RL.job_table("{gpu}", "{study}", "candidates", "{variant}"),
     output:
         RL.job_table("{gpu}", "{study}", "tuned", "{variant}"),
     log:

@@ -237,7 +237,7 @@ def samples_files(wildcards):
     out = []
     for v in study.variants:
         if v.is_tuned:
-            out += [RL.samples_table(gpu, name, "bench", c) for c in v.candidates]
+            out.append(RL.samples_table(gpu, name, "candidates", v.id))
             out.append(RL.samples_table(gpu, name, "sweep", v.id))
         else:
             out.append(RL.samples_table(gpu, name, "bench", v.id))
@@ -254,7 +254,7 @@ def stage_benchmarks(wildcards):
     ]
     for v in study.variants:
         if v.is_tuned:
-            out += [RL.benchmark("bench", gpu, name, c) for c in v.candidates]
+            out.append(RL.benchmark("bench_candidates", gpu, name, v.id))
             out.append(RL.benchmark("select_tuned", gpu, name, v.id))
             out.append(RL.benchmark("bench_tuned_sweep", gpu, name, v.id))
         else:
@@ -269,11 +269,22 @@ def stage_benchmarks(wildcards):
     return out
 
 
-def candidate_files(wildcards):
+def candidate_builds(wildcards):
+    """What a tuned variant's candidates job reads: every candidate's cubin and build row
+    (a failed compile is a build row too: the candidate's rows say why)."""
     v = variant_of(wildcards)
-    return [
-        RL.job_table(wildcards.gpu, wildcards.study, "bench", c) for c in v.candidates
-    ]
+    if not v.is_tuned:
+        raise WorkflowError(
+            f"{wildcards.study}/{wildcards.variant} is not autotuned: no candidates to bench"
+        )
+    return {
+        "cubins": [
+            RL.job_build_file(wildcards.study, c, "kernel.cubin") for c in v.candidates
+        ],
+        "builds": [
+            RL.job_build_file(wildcards.study, c, "build.parquet") for c in v.candidates
+        ],
+    }
 
 
 def tuned_inputs(wildcards):

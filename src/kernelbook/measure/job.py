@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 from kernelbook import gpu, problems, tables, tune
@@ -85,11 +86,20 @@ def _build(project, study, variant, tmp: Path, cubin=None, build_table=None) -> 
     )
 
 
-def _build_or_record(project, study, variant, tmp: Path, record_failure: bool) -> BuildInfo:
-    """_build, or (``record_failure``) a failed compile kept as the variant's BuildInfo: its
-    rows then say why, with failure 'compile', and the batch's other variants still run."""
+def _build_or_record(
+    project, study, variant, tmp: Path, record_failure: bool, build_dir: str | None = None
+) -> BuildInfo:
+    """_build (from ``build_dir``/<id>/ where given: the pipeline's compile jobs' cubins),
+    or (``record_failure``) a failed compile kept as the variant's BuildInfo: its rows then
+    say why, with failure 'compile', and the batch's other variants still run."""
+    cubin = build_table = None
+    if build_dir:
+        cubin = Path(build_dir) / variant.id / "kernel.cubin"
+        build_table = cubin.parent / "build.parquet"
+        if not build_table.is_file():
+            raise ConfigError(f"{study.name}/{variant.id}: no build table at {build_table}")
     try:
-        return _build(project, study, variant, tmp)
+        return _build(project, study, variant, tmp, cubin, build_table)
     except nvcc.CompileError as e:
         if not record_failure:
             raise
@@ -114,36 +124,125 @@ def bench_variants(
     out: str | None = None,
     samples_out: str | None = None,
     record_failure: bool = False,
+    build_dir: str | None = None,
 ) -> int:
     """Several plain variants (a ladder, a tune space's candidates) checked and timed in one
-    process, one after another, each beside its baselines: one start-up, one GPU lock, one
-    table. All are built first, before the GPU is taken (a cache hit where the cubin cache
-    holds one). A variant that fails, to compile or to run, stops the bench naming it, or
-    (``record_failure``) gets failed rows and the next one runs; after a crash or a hang the
-    device is gone, so the rest are named as not run and the rows so far written."""
+    job, one after another, each beside its baselines: one start-up, one GPU lock, one
+    table. All are built first (or found in ``build_dir``), before the GPU is taken.
+
+    The variants run in a worker process forked from this one (which never initialises
+    CUDA): one CUDA context for as many variants as it can run. A variant that fails, to
+    compile or to run, stops the bench naming it, or (``record_failure``) gets failed rows
+    and the next one runs; after a crash or a hang the worker's device is gone, so it leaves
+    (its context, and a hung kernel with it, goes with the process) and a fresh worker runs
+    the rest. A worker that dies outright (a signal, an error that is not a kernel's) costs
+    the variant it was running a failed row, kind crash, and the rest run in a fresh one:
+    nothing measured is lost, and every variant is run."""
     problem = problems.get(study.problem)
     parsed = _parse_sizes(problem, sizes)
     tuned = [v.id for v in variants if v.is_tuned]
     if tuned:
         raise ConfigError(
             f"{study.name}: {', '.join(tuned)} autotuned: several variants in one bench are "
-            "plain variants or candidates (bench a tuned variant alone, with its tables)"
+            "plain variants or candidates (bench a tuned variant alone, with its tables, or "
+            "its candidates with --candidates)"
         )
+    with tempfile.TemporaryDirectory() as tmp:
+        infos = [
+            _build_or_record(project, study, v, Path(tmp), record_failure, build_dir)
+            for v in variants
+        ]
+        slot = gpu.acquire_slot()  # every variant built first: no compile holds the lock
+        rows, samples = _run_in_workers(
+            project, study, list(zip(variants, infos, strict=True)), parsed, slot, record_failure
+        )
+    return _finish(rows, problem, samples, out, samples_out, slot, lost=False)
+
+
+def _run_in_workers(project, study, items, sizes, slot, record_failure):
+    """(rows, samples) of ``items`` ((variant, BuildInfo) pairs) run in turn by forked
+    workers (bench_variants); a fresh worker for what a lost device or a dead worker left."""
     rows: list[dict] = []
     samples: list[dict] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        infos = [_build_or_record(project, study, v, Path(tmp), record_failure) for v in variants]
-        slot = gpu.acquire_slot()  # every variant built first: no compile holds the lock
-        for i, (v, info) in enumerate(zip(variants, infos, strict=True)):
-            got = _plain_rows(project, study, v, info, parsed, slot, samples, record_failure)
+    rest = list(items)
+    while rest:
+        done, status = _worker(project, study, rest, sizes, slot, record_failure)
+        for got, taken in done:
             rows += got
-            if bench.device_lost(got) and variants[i + 1 :]:
-                _eprint(
-                    f"{study.name}/{v.id} lost the device ({got[-1]['failure']}): not run: "
-                    + ", ".join(x.id for x in variants[i + 1 :])
-                )
+            samples += taken
+        rest = rest[len(done) :]
+        if status != 0 and not record_failure:
+            raise SystemExit(1)  # the worker said why (kernelbook: error: ...)
+        if not rest:
+            break
+        v, info = rest[0]
+        if status != 0:  # it died running rest[0]: that one's failed rows, then the others
+            why = f"the bench's worker process {_died(status)}"
+            _eprint(f"{study.name}/{v.id}: {why}: recorded as failed (crash)")
+            rest[0] = (v, replace(info, failed=why, failed_kind="crash"))
+        else:
+            lost = done[-1][0]
+            _eprint(
+                f"{study.name}/{lost[-1]['variant']} lost the device ({lost[-1]['failure']}): "
+                "a fresh process runs " + ", ".join(x.id for x, _ in rest)
+            )
+    return rows, samples
+
+
+def _died(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        return f"was killed by signal {os.WTERMSIG(status)}"
+    return f"exited with status {os.WEXITSTATUS(status) if os.WIFEXITED(status) else status}"
+
+
+def _worker(project, study, items, sizes, slot, record_failure):
+    """Fork a worker that benches ``items`` in turn, sending each variant's (rows, samples)
+    back as it finishes, and leaving after a variant that lost the device; ([(rows,
+    samples), ...] of the variants it finished, its wait status)."""
+    import pickle
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the worker: its own CUDA context, gone with it
+        os.close(r)
+        code = 0
+        try:
+            with os.fdopen(w, "wb") as pipe:
+                for v, info in items:
+                    taken: list[dict] = []
+                    got = _plain_rows(project, study, v, info, sizes, slot, taken, record_failure)
+                    pickle.dump((got, taken), pipe)
+                    pipe.flush()
+                    if bench.device_lost(got) and not info.failed:
+                        break  # this process's device is gone: a fresh worker for the rest
+        except BaseException as e:  # noqa: BLE001 - a worker reports, then leaves
+            code = 1
+            from kernelbook import cli
+
+            if isinstance(e, cli.user_errors()):
+                _eprint(f"kernelbook: error: {e}")
+            else:
+                import traceback
+
+                traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)  # no clean-up that waits on a lost device; the lock is the parent's
+    os.close(w)
+    done = []
+    with os.fdopen(r, "rb") as pipe:
+        while True:
+            try:
+                done.append(pickle.load(pipe))
+            except EOFError:
                 break
-    return _finish(rows, problem, samples, out, samples_out, slot)
+            except pickle.UnpicklingError:
+                break  # a torn message: the worker died writing it
+    _, status = os.waitpid(pid, 0)
+    return done, status
 
 
 def _tuned_job(
@@ -209,13 +308,16 @@ def _tuned_job(
     return _finish(rows, problem, samples, out, samples_out, slot)
 
 
-def _finish(rows, problem, samples, out, samples_out, slot) -> int:
+def _finish(rows, problem, samples, out, samples_out, slot, lost: bool | None = None) -> int:
     """Write and print a job's rows (each with the job's start-up and its wait for the GPU),
-    the GPU's lock given back first; after a crash or a hang, keep the lock and leave
-    without the clean-up that would wait on the lost device (the rows are on disk by then)."""
+    the GPU's lock given back first; after a crash or a hang in this process (``lost``; by
+    default, whether a row says so), keep the lock and leave without the clean-up that would
+    wait on the lost device (the rows are on disk by then)."""
     import pandas as pd
 
-    if not bench.device_lost(rows):
+    if lost is None:
+        lost = bench.device_lost(rows)
+    if not lost:
         gpu.release_slot(slot)  # the GPU's work is done: the next job need not wait for this
     for r in rows:
         r.update(job_startup_s=slot.startup_s, job_wait_s=slot.wait_s)
@@ -234,7 +336,7 @@ def _finish(rows, problem, samples, out, samples_out, slot) -> int:
             f"{len(failed)} size(s) failed ({', '.join(sorted({r['failure'] for r in failed}))}): "
             "recorded as failed rows; the bench gate reports them at the end of the run"
         )
-    if bench.device_lost(rows):
+    if lost:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)

@@ -18,6 +18,7 @@ STAGE_OF_RULE = {
     "sass_table": "compile",
     "build_gate": "compile",
     "bench": "bench",
+    "bench_candidates": "bench",
     "select_tuned": "bench",
     "bench_tuned_sweep": "bench",
     "measurements": "bench",

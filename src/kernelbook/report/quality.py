@@ -195,7 +195,14 @@ def bench_time(meas: pd.DataFrame | None) -> dict | None:
     need = ("job_startup_s", "job_wait_s", "init_s", "check_s", "timing_s")
     if meas is None or not set(need) <= set(meas.columns) or meas["timing_s"].isna().all():
         return None
-    jobs = meas.groupby("variant", sort=False)
+    # a job's rows share its start-up and wait: a plain variant's job is its variant; a
+    # tuned variant's candidates, benched in one job, share both clocks (tables from when
+    # each candidate had a job of its own have a pair of clocks a candidate)
+    cand = meas["variant_kind"] == "candidate"
+    key = meas["variant"].where(~cand, "candidates of " + meas["tuned_from"].astype(str))
+    jobs = meas.assign(_job=key).groupby(
+        ["_job", "job_startup_s", "job_wait_s"], sort=False, dropna=False
+    )
     spent = {
         "jobs": int(jobs.ngroups),
         "startup": float(jobs["job_startup_s"].first().sum()),
@@ -224,7 +231,10 @@ def profile_time(prof: pd.DataFrame | None) -> dict | None:
     return {
         "jobs": int(jobs.ngroups),
         "sizes": int(sizes["ncu_s"].notna().sum()),
-        "processes": int(sizes.loc[sizes["ncu_s"].notna(), "report"].nunique()),
+        # a report is one ncu process; each variant's job writes its own reports folder
+        "processes": int(
+            len(sizes.loc[sizes["ncu_s"].notna()].drop_duplicates(["variant", "report"]))
+        ),
         "startup": float(jobs["job_startup_s"].first().sum()),
         "wait": float(jobs["job_wait_s"].first().sum()),
         "ncu": float(sizes["ncu_s"].sum()),

@@ -1,0 +1,143 @@
+"""A bench of several variants (a tuned variant's candidates: the pipeline's
+bench_candidates jobs) runs them in forked worker processes, each with its own CUDA context:
+a worker whose device is lost (a crash, a hang) leaves, and so does one that dies outright,
+and a fresh worker runs the rest. Here the processes, pipes and wait statuses are real; the
+GPU work of each variant is a stand-in (kernelbook.measure.job._plain_rows), so that the
+order of events can be forced. The GPU tier runs the same with real kernels
+(test_gpu.py: a crash among controls)."""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from conftest import REPO, kb
+
+from kernelbook import config as cfg
+from kernelbook.build.job import BuildInfo
+from kernelbook.measure import job
+
+
+@dataclass
+class V:
+    id: str
+
+
+@dataclass
+class Study:
+    name: str = "demo"
+
+
+SLOT = type("Slot", (), {"uuid": "GPU-x"})()
+
+
+def stand_in(behaviour: dict[str, str], log: Path):
+    """_plain_rows for the test: each variant does what ``behaviour`` says (ok, crash,
+    hang, die); every call is logged with the pid of the process that made it."""
+
+    def rows(project, study, variant, info, sizes, slot, samples, record_failure):
+        with open(log, "a") as f:
+            f.write(f"{os.getpid()} {variant.id} {info.failed_kind if info.failed else ''}\n")
+        if info.failed:
+            return [{"variant": variant.id, "status": "failed", "failure": info.failed_kind,
+                     "reason": info.failed}]  # fmt: skip
+        what = behaviour.get(variant.id, "ok")
+        if what == "die":
+            os.kill(os.getpid(), signal.SIGKILL)
+        samples.append({"variant": variant.id, "ms": 1.0})
+        if what in ("crash", "hang"):
+            return [{"variant": variant.id, "status": "failed", "failure": what, "reason": what}]
+        return [{"variant": variant.id, "status": "ok", "failure": None, "reason": None}]
+
+    return rows
+
+
+def run(monkeypatch, tmp_path, behaviour, names):
+    log = tmp_path / "calls.txt"
+    monkeypatch.setattr(job, "_plain_rows", stand_in(behaviour, log))
+    items = [(V(n), BuildInfo(Path(f"{n}.cubin"), "13.0", "-O3")) for n in names]
+    rows, samples = job._run_in_workers(None, Study(), items, None, SLOT, True)
+    calls = [line.split() for line in log.read_text().splitlines()]
+    return rows, samples, calls
+
+
+def test_one_worker_runs_every_variant_when_nothing_fails(monkeypatch, tmp_path):
+    rows, samples, calls = run(monkeypatch, tmp_path, {}, ["a", "b", "c"])
+    assert [r["variant"] for r in rows] == ["a", "b", "c"]
+    assert [s["variant"] for s in samples] == ["a", "b", "c"]
+    pids = {c[0] for c in calls}
+    assert len(pids) == 1 and str(os.getpid()) not in pids  # one worker, not this process
+
+
+@pytest.mark.parametrize("lost", ["crash", "hang"])
+def test_a_lost_device_hands_the_rest_to_a_fresh_worker(monkeypatch, tmp_path, capfd, lost):
+    rows, samples, calls = run(monkeypatch, tmp_path, {"b": lost}, ["a", "b", "c", "d"])
+    assert [(r["variant"], r["status"]) for r in rows] == [
+        ("a", "ok"), ("b", "failed"), ("c", "ok"), ("d", "ok"),
+    ]  # fmt: skip
+    assert rows[1]["failure"] == lost
+    pid = {c[1]: c[0] for c in calls}
+    assert pid["a"] == pid["b"] != pid["c"] == pid["d"]  # b's worker left; c and d: a new one
+    assert f"demo/b lost the device ({lost}): a fresh process runs c, d" in capfd.readouterr().err
+
+
+def test_a_worker_that_dies_costs_its_variant_one_failed_row(monkeypatch, tmp_path, capfd):
+    """Killed by a signal while running b: b is recorded as a crash naming the signal (its
+    failed rows made by a fresh worker, with the run's provenance), a and c are measured."""
+    rows, _, calls = run(monkeypatch, tmp_path, {"b": "die"}, ["a", "b", "c"])
+    assert [(r["variant"], r["status"]) for r in rows] == [
+        ("a", "ok"), ("b", "failed"), ("c", "ok"),
+    ]  # fmt: skip
+    assert rows[1]["failure"] == "crash"
+    assert rows[1]["reason"] == "the bench's worker process was killed by signal 9"
+    assert [c[1:] for c in calls] == [["a"], ["b"], ["b", "crash"], ["c"]]
+    assert "demo/b: the bench's worker process was killed by signal 9" in capfd.readouterr().err
+
+
+def test_a_failed_variant_without_record_failure_stops_the_bench(monkeypatch, tmp_path):
+    """The quick loop (no --record-failure): a worker that fails exits 1, having said why;
+    the bench stops there with that status."""
+
+    def fails(*a, **k):
+        raise job.ConfigError("demo/b: wrong")
+
+    monkeypatch.setattr(job, "_plain_rows", fails)
+    items = [(V("b"), BuildInfo(Path("b.cubin"), "13.0", "-O3"))]
+    with pytest.raises(SystemExit) as e:
+        job._run_in_workers(None, Study(), items, None, SLOT, False)
+    assert e.value.code == 1
+
+
+# ------------------------------------------------------------------------------------------
+# The command line: `kernelbook bench STUDY TUNED --candidates --build-dir DIR`, checked
+# before any GPU is asked for (these run without one)
+
+
+def test_candidates_of_a_variant_that_is_not_tuned_is_an_error():
+    proc = kb("bench", "sgemm", "01_naive", "--candidates", check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "kernelbook: error: bench --candidates: sgemm/01_naive is not autotuned "
+        "(no candidates to bench)"
+    )
+
+
+def test_candidates_without_their_builds_name_the_missing_build_table(tmp_path):
+    proc = kb("bench", "sgemm", "14_triton", "--candidates", "--build-dir", str(tmp_path),
+              check=False)  # fmt: skip
+    assert proc.returncode == 1
+    first = cfg.load_project_file(REPO / "config" / "config.yaml").study("sgemm")
+    cand = first.variant("14_triton").candidates[0]
+    assert (
+        f"kernelbook: error: sgemm/{cand}: no build table at "
+        f"{tmp_path / cand / 'build.parquet'}" in proc.stderr
+    )
+
+
+def test_a_cubin_is_for_one_variant_not_a_tune_space():
+    proc = kb("bench", "sgemm", "14_triton", "--candidates", "--cubin", "x.cubin", check=False)
+    assert proc.returncode == 1
+    assert "kernelbook: error: bench: --cubin is for one variant, not several" in proc.stderr
