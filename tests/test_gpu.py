@@ -642,6 +642,63 @@ def _compile(tmp_path, study, variant, settings=None):
     return tmp_path / "build"
 
 
+def _no_failures(folder: Path, study: str, variants) -> Path:
+    """Bench tables that record no failure (a real, empty measurements table a variant): a
+    profile of several variants reads one for each."""
+    import pandas as pd
+
+    from kernelbook import config
+
+    sizes = config.load_project_file(ROOT / "config" / "config.yaml").study(study).size_names
+    names = tables.schema("measurements", sizes).names
+    for v in variants:
+        tables.write(pd.DataFrame(columns=names), folder / f"{v}.parquet", "measurements", sizes)
+    return folder
+
+
+def test_a_study_profile_runs_its_variants_in_one_ncu_process(tmp_path):
+    """Several variants, one ncu run (the pipeline's profile job): each launch is its own
+    report action, in the plan's order, and each variant's rows say so."""
+    from kernelbook.report.quality import profile_time
+
+    run = ["01_naive", "02_coalescing"]
+    for v in run:
+        build_dir = _compile(tmp_path, "sgemm", v)
+    bench = _no_failures(tmp_path / "bench", "sgemm", run)
+    out, reports = tmp_path / "profile.parquet", tmp_path / "reports"
+    kb("profile", "sgemm", *run, "--build-dir", str(build_dir), "--bench-dir", str(bench),
+       "--size", "256", "--size", "512", "--reports", str(reports), "--out", str(out))  # fmt: skip
+    df = tables.read(out)
+    ffma = df[df["metric"] == "sm__sass_thread_inst_executed_op_ffma_pred_on.sum"]
+    assert sorted(zip(ffma["variant"], ffma["size"], strict=True)) == [
+        (v, z) for v in run for z in ("256x256x256", "512x512x512")
+    ]
+    for _, r in ffma.iterrows():
+        assert abs(r["value"] / (r["M"] * r["N"] * r["K"]) - 1) < 0.01, r
+    assert set(df["report"].dropna()) == {"study.ncu-rep"} and (reports / "study.ncu-rep").is_file()
+    spent = profile_time(df)
+    assert spent["jobs"] == 1 and spent["processes"] == 1 and spent["sizes"] == 4
+
+
+def test_a_crash_in_a_study_profile_costs_only_its_variant(tmp_path):
+    """The study's one ncu run fails on a kernel that faults: every variant is then profiled
+    on its own, so the good one has its metrics and the crash one failed row."""
+    run = ["02_coalescing", "94_crash"]
+    for v in run:
+        build_dir = _compile(tmp_path, "controls", v, settings=CONTROLS)
+    bench = _no_failures(tmp_path / "bench", "controls", run)
+    out = tmp_path / "profile.parquet"
+    proc = kb("profile", "controls", *run, "--build-dir", str(build_dir), "--bench-dir",
+              str(bench), "--size", "256", "--reports", str(tmp_path / "reports"), "--out",
+              str(out), settings=CONTROLS)  # fmt: skip
+    assert "one ncu run for the study failed, each variant on its own now" in proc.stderr
+    df = tables.read(out)
+    good = df[(df["variant"] == "02_coalescing") & (df["status"] == "ok")]
+    assert len(good) and "study.ncu-rep" not in set(good["report"])  # its own run
+    bad = df[df["variant"] == "94_crash"]
+    assert list(bad["status"]) == ["failed"] and list(bad["failure"]) == ["tool"], bad
+
+
 # 01 in the quick tier; 02 (the same FFMAs, other loads) in the slow one
 @pytest.mark.parametrize(
     "variant", ["01_naive", pytest.param("02_coalescing", marks=pytest.mark.slow)]

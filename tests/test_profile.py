@@ -316,3 +316,83 @@ def test_quick_profile_refuses_a_bad_size_and_a_tuned_variant_by_name(tmp_path):
               settings=own, check=False)  # fmt: skip
     assert proc.returncode != 0 and "attention/12_autotuned is autotuned" in proc.stderr
     assert not (tmp_path / "p.parquet").exists()
+
+
+# ------------------------------------------------------------------------------------------
+# A study's variants in one ncu run (the pipeline's profile job): the command and the plan
+
+
+def test_one_ncu_run_of_a_study_takes_every_variants_kernel_in_plan_order(tmp_path):
+    """ncu filters on any of the variants' entries (each once) and profiles as many launches
+    as the plan holds; the launch helper reads the plan back as the study's variants, in
+    order, with their cubins and sizes."""
+    from conftest import REPO
+
+    from kernelbook import config as cfg
+    from kernelbook.launch.process import plan_command, read_plan, write_plan
+
+    project = cfg.load_project_file(REPO / "config" / "config.yaml")
+    study = project.study("sgemm")
+    plan = write_plan(
+        tmp_path / "study.plan.json",
+        [
+            ("01_naive", "a/kernel.cubin", ["512", "1024"]),
+            ("02_coalescing", "b/kernel.cubin", ["512"]),
+        ],
+    )
+    entries = read_plan(study, plan)
+    assert [(v.id, c, s) for v, c, s in entries] == [
+        ("01_naive", "a/kernel.cubin", ["512", "1024"]),
+        ("02_coalescing", "b/kernel.cubin", ["512"]),
+    ]
+    cmd = plan_command(project, study, plan)
+    assert cmd[cmd.index("launch") :] == ["launch", "sgemm", "--plan", str(plan)]
+    names = [v.entry for v, _, _ in entries] + [entries[0][0].entry]
+    ncu = profile.ncu_command(names, Path("r"), cmd, {}, launches=3, exe="ncu")
+    first, second = entries[0][0].entry, entries[1][0].entry
+    assert ncu[ncu.index("-k") + 1] == f"regex:^({first}|{second})$"
+    assert ncu[ncu.index("--launch-count") + 1] == "3"
+    one = profile.ncu_command([first, first], Path("r"), cmd, {}, launches=2, exe="ncu")
+    assert one[one.index("-k") + 1] == f"regex:^{first}$"
+
+
+def test_a_launch_plan_that_is_not_one_is_one_error_naming_it(tmp_path):
+    from conftest import kb
+
+    bad = tmp_path / "plan.json"
+    for text, why in (
+        ('[{"variant": "99_none", "cubin": "k", "sizes": ["512"]}]', "99_none"),
+        ('[{"variant": "01_naive", "cubin": "k", "sizes": []}]', "needs"),
+        ("{not json", "not a launch plan"),
+    ):
+        bad.write_text(text)
+        proc = kb("launch", "sgemm", "--plan", str(bad), check=False)
+        assert proc.returncode == 1, proc.stderr
+        last = proc.stderr.strip().splitlines()[-1]
+        assert last.startswith("kernelbook: error: ") and why in last, last
+    proc = kb("launch", "sgemm", "01_naive", "--plan", str(bad), check=False)
+    assert "launch --plan: the plan names the variants, sizes and cubins" in proc.stderr
+
+
+def test_a_study_profile_names_what_it_lacks_before_the_gpu(tmp_path):
+    """`kernelbook profile STUDY --all` (or several variants): the folders it reads, then each
+    variant's table, checked before any GPU is asked for; one error naming the culprit."""
+    from conftest import kb
+
+    out, reports = str(tmp_path / "p.parquet"), str(tmp_path / "reports")
+    own = {"studies": ["transpose"]}
+    proc = kb("profile", "transpose", "--all", "--out", out, "--reports", reports,
+              settings=own, check=False)  # fmt: skip
+    assert proc.returncode == 1
+    assert "profile transpose: give --build-dir, --bench-dir, --tuned-dir" in proc.stderr
+    bench, tuned = tmp_path / "bench", tmp_path / "tuned"
+    proc = kb("profile", "transpose", "--all", "--build-dir", str(tmp_path), "--bench-dir",
+              str(bench), "--tuned-dir", str(tuned), "--out", out, "--reports", reports,
+              settings=own, check=False)  # fmt: skip
+    assert proc.returncode == 1
+    first = proc.stderr.strip().splitlines()[-1]
+    assert first.startswith("kernelbook: error: transpose/00_copy: no bench table at "), first
+    proc = kb("profile", "transpose", "00_copy", "01_naive", "--cubin", "k.cubin", "--out",
+              out, "--reports", reports, settings=own, check=False)  # fmt: skip
+    assert proc.returncode == 1 and "not --cubin" in proc.stderr
+    assert not Path(out).exists()

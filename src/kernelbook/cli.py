@@ -125,6 +125,17 @@ def cmd_launch(args) -> int:
     """Launch one variant at each size a few times: the target of ncu and compute-sanitizer."""
     from kernelbook.launch.process import launch_variant
 
+    if args.plan:
+        from kernelbook.launch.process import launch_plan, read_plan
+
+        if args.variant or args.size or args.cubin:
+            raise cfg.ConfigError("launch --plan: the plan names the variants, sizes and cubins")
+        project = _project(args)
+        study = _load_study(args, project, args.study)
+        entries = read_plan(study, args.plan)
+        return launch_plan(project, study, entries, args.repeat, args.check, args.exact)
+    if not (args.variant and args.size):
+        raise cfg.ConfigError("launch: name a variant and --size (or give --plan)")
     project, study, variant = _study_variant(args)
     return launch_variant(
         project, study, variant, args.size, args.cubin, args.repeat, args.check, args.exact
@@ -136,8 +147,25 @@ def cmd_profile(args) -> int:
     variant compiled here first (the profile job itself builds nothing, and holds the GPU)."""
     import tempfile
 
-    from kernelbook.profile.job import profile_job, quick_sizes
+    from kernelbook.profile.job import profile_job, profile_study_job, quick_sizes
 
+    if args.all or len(args.variant) > 1:
+        if (args.all and args.variant) or args.cubin or args.tuned_table or args.bench_table:
+            raise cfg.ConfigError(
+                "profile of several variants (or --all): their builds, bench and tuned tables "
+                "from --build-dir, --bench-dir and --tuned-dir (not --cubin, --tuned-table or "
+                "--bench-table; not --all and variants)"
+            )
+        project = _project(args)
+        study = _load_study(args, project, args.study)
+        variants = [study.variant(v) for v in args.variant] if args.variant else None
+        return profile_study_job(
+            project, study, args.out, args.reports, args.build_dir, args.bench_dir,
+            args.tuned_dir, _sizes(args), variants,
+        )  # fmt: skip
+    if not args.variant:
+        raise cfg.ConfigError("profile: name a variant, or --all for every one of the study")
+    args.variant = args.variant[0]
     project, study, variant = _study_variant(args)
     sizes = quick_sizes(study, variant, _sizes(args), args.build_dir)
     own_build = args.build_dir is None and args.cubin is None
@@ -258,52 +286,6 @@ def cmd_select(args) -> int:
     return 0
 
 
-# -- report verbs (kernelbook.report): publish, render, index, meta, before-after ----------
-def cmd_publish(args) -> int:
-    from kernelbook.report import publish
-
-    return publish.publish_pairs(
-        args.results, args.worklogs, args.pairs, args.render, args.configfile, args.why_none
-    )
-
-
-def cmd_render(args) -> int:
-    from kernelbook.report import publish
-
-    return publish.render_pairs(args.worklogs, args.pairs, args.configfile, args.study_config)
-
-
-def cmd_index(args) -> int:
-    from kernelbook.report import index
-
-    print(index.write_index(args.worklogs))
-    return 0
-
-
-def cmd_meta(args) -> int:
-    from kernelbook.report import meta
-
-    return meta.write_study_meta(_project(args), args.study, args.out)
-
-
-def cmd_before_after(args) -> int:
-    from kernelbook.report import quality
-
-    return quality.write_before_after(args.rev, args.folders, args.after, args.name)
-
-
-def cmd_compare(args) -> int:
-    from kernelbook.report import compare
-
-    fail_on = [v.strip() for v in (args.fail_on or "").split(",") if v.strip()]
-    return compare.run(
-        args.a, args.b, args.out, fail_on, args.seed, args.resamples, args.threshold / 100.0
-    )
-
-
-# -- end of report verbs ---------------------------------------------------------------------
-
-
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="kernelbook", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -375,23 +357,29 @@ def parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("launch", help="launch one variant at one size (for ncu, compute-sanitizer)")
     s.add_argument("study")
-    s.add_argument("variant")
-    s.add_argument(
-        "--size", required=True, action="append", help="a size; several: launched in turn"
-    )
+    s.add_argument("variant", nargs="?")
+    s.add_argument("--size", action="append", help="a size; several: launched in turn")
     s.add_argument("--cubin", help="a compiled cubin (default: compile now)")
+    s.add_argument(
+        "--plan",
+        help="a JSON list of {variant, cubin, sizes}: several variants launched in turn in "
+        "this one process (one ncu run of a study)",
+    )
     s.add_argument("--repeat", type=int, default=1, help="launches at each size")
     s.add_argument("--exact", action="store_true", help="exact-size allocations, no guard bands")
     s.add_argument("--check", action="store_true", help="check the first launch's result")
     s.set_defaults(fn=cmd_launch)
 
     for name, fn, help_ in (
-        ("profile", cmd_profile, "Nsight Compute on one variant at the profile sizes or --size"),
+        ("profile", cmd_profile, "Nsight Compute on a variant (or --all) at the profile sizes"),
         ("sanitize", cmd_sanitize, "compute-sanitizer tools on one variant at a small size"),
     ):
         s = sub.add_parser(name, help=help_)
         s.add_argument("study")
-        s.add_argument("variant")
+        if name == "profile":
+            s.add_argument("variant", nargs="*", help="one, or several profiled in one ncu run")
+        else:
+            s.add_argument("variant")
         s.add_argument("--out", required=True)
         build_help = "the study's build folder (results/build/<study>)"
         if name == "profile":
@@ -406,6 +394,14 @@ def parser() -> argparse.ArgumentParser:
         )
         if name == "profile":
             s.add_argument("--reports", required=True, help="folder for the .ncu-rep files")
+            s.add_argument(
+                "--all",
+                action="store_true",
+                help="every variant of the study in one ncu run (the pipeline's profile job): "
+                "with --build-dir, --bench-dir and, for autotuned variants, --tuned-dir",
+            )
+            s.add_argument("--bench-dir", help="several or --all: the variants' bench tables")
+            s.add_argument("--tuned-dir", help="several or --all: the tuned variants' tuned tables")
             s.add_argument(
                 "--size",
                 action="append",
@@ -480,75 +476,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("inputs", nargs="+")
     s.set_defaults(fn=cmd_select)
 
-    # -- report verbs (kernelbook.report) ------------------------------------------------------
-    s = sub.add_parser("publish", help="copy results/<gpu>/<study> into worklogs/, re-index")
-    s.add_argument("--results", default="results")
-    s.add_argument("--worklogs", default="worklogs")
-    s.add_argument("--why-none", default="", help="said when there is nothing to publish")
-    s.add_argument(
-        "--render",
-        action="store_true",
-        help="render the worklog from the results' tables first, without Snakemake (for "
-        "results measured on a GPU host and brought here); the page is the one rule worklog "
-        "makes, the study's own notebook figures included",
-    )
-    s.add_argument("pairs", nargs="*", metavar="GPU/STUDY")
-    s.set_defaults(fn=cmd_publish)
+    from kernelbook.report import commands as report_commands
 
-    s = sub.add_parser("render", help="render published pages again from their data/")
-    s.add_argument("--worklogs", default="worklogs")
-    s.add_argument(
-        "--study-config",
-        action="store_true",
-        help="write each page's data/study.json again from the current config first (its "
-        "targets, question, variants' texts); refused for a study `kernelbook check` reports "
-        "stale",
-    )
-    s.add_argument("pairs", nargs="+", metavar="GPU/STUDY")
-    s.set_defaults(fn=cmd_render)
-
-    s = sub.add_parser("index", help="regenerate worklogs/README.md")
-    s.add_argument("--worklogs", default="worklogs")
-    s.set_defaults(fn=cmd_index)
-
-    s = sub.add_parser("meta", help="write study.json: what a worklog needs from the config")
-    s.add_argument("study")
-    s.add_argument("--out", required=True)
-    s.set_defaults(fn=cmd_meta)
-
-    s = sub.add_parser(
-        "before-after", help="a study's published measurements against those at a git revision"
-    )
-    s.add_argument("rev")
-    s.add_argument(
-        "--after",
-        metavar="REV2",
-        help="compare with the measurements published at REV2, not with data/ as it is now",
-    )
-    s.add_argument(
-        "--name",
-        help="write before-after-NAME.md: a later change of method beside an earlier one's file",
-    )
-    s.add_argument(
-        "folders",
-        nargs="+",
-        metavar="FOLDER",
-        help="a published study's folder: worklogs/<gpu>/<study>",
-    )
-    s.set_defaults(fn=cmd_before_after)
-
-    s = sub.add_parser(
-        "compare", help="is B faster than A? ratios of medians with bootstrap intervals"
-    )
-    s.add_argument("a", help="measurements.parquet, a study folder, or REV:PATH of either")
-    s.add_argument("b", help="the same for the other side")
-    s.add_argument("--out", help="also write OUT.md and OUT.parquet")
-    s.add_argument("--fail-on", help="comma-separated verdicts that exit 1, e.g. slower")
-    s.add_argument("--seed", type=int, default=20261201)
-    s.add_argument("--resamples", type=int, default=2000)
-    s.add_argument("--threshold", type=float, default=1.0, help="%% within which it is 'same'")
-    s.set_defaults(fn=cmd_compare)
-    # -- end of report verbs
+    report_commands.add_parsers(sub)  # publish, render, index, meta, before-after, compare
     return p
 
 

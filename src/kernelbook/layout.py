@@ -79,6 +79,17 @@ def study_file(gpu: str, study: str, name: str, results: str | Path = RESULTS) -
     return _join(results, gpu, study, name)
 
 
+# The report of a study's one ncu run (kernelbook.profile.ncu.profile_study), in its profile
+# job's reports folder; each variant's own runs, where that one fails, write under
+# <reports>/<variant>/.
+STUDY_PROFILE_REPORT = "study"
+
+
+def job_dir(gpu: str, study: str, kind: str, results: str | Path = RESULTS) -> str:
+    """The folder of one kind of job table (bench, tuned, ...): what job_table names in."""
+    return _join(results, gpu, study, kind)
+
+
 def job_table(gpu: str, study: str, kind: str, variant: str, results: str | Path = RESULTS) -> str:
     """One job's table: kind is bench, tuned, sweep, profile, roofline or sanitize."""
     return _join(results, gpu, study, kind, f"{variant}.parquet")
@@ -190,6 +201,7 @@ _RESULT_PATHS = frozenset(
     {
         "build_dir",
         "build_file",
+        "job_dir",
         "job_build_file",
         "device_table",
         "runs_dir",

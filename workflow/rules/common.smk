@@ -259,10 +259,10 @@ def stage_benchmarks(wildcards):
             out.append(RL.benchmark("bench_tuned_sweep", gpu, name, v.id))
         else:
             out.append(RL.benchmark("bench", gpu, name, v.id))
-        out += [RL.benchmark(r, gpu, name, v.id) for r in ("profile", "sanitize")]
+        out.append(RL.benchmark("sanitize", gpu, name, v.id))
     out += [
         RL.benchmark(r, gpu, name, "all")
-        for r in ("measurements", "samples_table", "profile_table", "roofline")
+        for r in ("measurements", "samples_table", "profile", "roofline")
     ]
     out.append(RL.benchmark("sanitizer_table", gpu, name, "all"))
     out.append(RL.device_benchmark(gpu))
@@ -308,6 +308,28 @@ def checked_inputs(wildcards):
         named["bench"] = RL.job_table(
             wildcards.gpu, wildcards.study, "bench", wildcards.variant
         )
+    return named
+
+
+def study_checked_inputs(wildcards):
+    """What a study's profile job reads: checked_inputs of every variant of the study."""
+    named = {"bench": [], "tuned": [], "cubins": []}
+    for v in study_of(wildcards).variants:
+        if v.is_tuned:
+            named["tuned"].append(
+                RL.job_table(wildcards.gpu, wildcards.study, "tuned", v.id)
+            )
+            named["cubins"] += [
+                RL.job_build_file(wildcards.study, c, "kernel.cubin")
+                for c in v.candidates
+            ]
+        else:
+            named["bench"].append(
+                RL.job_table(wildcards.gpu, wildcards.study, "bench", v.id)
+            )
+            named["cubins"].append(
+                RL.job_build_file(wildcards.study, v.id, "kernel.cubin")
+            )
     return named
 
 

@@ -1,4 +1,5 @@
-# Profile and sanitize stages (GPU): Nsight Compute metrics and the roofline per study;
+# Profile and sanitize stages (GPU): Nsight Compute metrics and the roofline per study (one
+# ncu run for every variant of a study, each variant on its own where that run fails);
 # compute-sanitizer per variant, and a gate that fails on unexplained findings. Both run
 # in their own processes, apart from the timing, each within its time limit (timeouts.ncu_s,
 # timeouts.sanitizer_s). An autotuned variant is profiled and sanitized through the
@@ -8,14 +9,14 @@
 
 rule profile:
     input:
-        unpack(checked_inputs),
+        unpack(study_checked_inputs),
     output:
-        table=RL.job_table("{gpu}", "{study}", "profile", "{variant}"),
-        reports=directory(RL.job_file("{gpu}", "{study}", "profile", "{variant}")),
+        table=RL.study_file("{gpu}", "{study}", "profile.parquet"),
+        reports=directory(RL.job_file("{gpu}", "{study}", "profile", "reports")),
     log:
-        RL.log("{study}", "profile", "{gpu}", "{variant}.log"),
+        RL.log("{study}", "profile", "{gpu}", "all.log"),
     benchmark:
-        RL.benchmark("profile", "{gpu}", "{study}", "{variant}")
+        RL.benchmark("profile", "{gpu}", "{study}", "all")
     priority: 5
     conda:
         "../envs/kernelbook.yaml"
@@ -23,34 +24,17 @@ rule profile:
         gpu=1,
         gpu_model=GPU_MODEL,
     params:
-        spec=variant_spec,
         settings=settings_arg,
-        tuned=tuned_arg,
-        bench=bench_arg,
         build_dir=lambda w: RL.build_dir(w.study),
+        bench_dir=lambda w: RL.job_dir(w.gpu, w.study, "bench"),
+        tuned_dir=lambda w: RL.job_dir(w.gpu, w.study, "tuned"),
         py=PY,
     shell:
         "KERNELBOOK_GPU_MODEL={wildcards.gpu} {params.py} -m kernelbook "
-        "--settings {params.settings} profile {wildcards.study} "
-        "{wildcards.variant} --build-dir {params.build_dir} {params.tuned} {params.bench} "
-        "--reports {output.reports} --out {output.table} > {log} 2>&1"
-
-
-rule profile_table:
-    input:
-        declared_variants("profile"),
-    output:
-        RL.study_file("{gpu}", "{study}", "profile.parquet"),
-    log:
-        RL.log("{study}", "profile_table", "{gpu}.log"),
-    benchmark:
-        RL.benchmark("profile_table", "{gpu}", "{study}", "all")
-    conda:
-        "../envs/kernelbook.yaml"
-    params:
-        py=PY,
-    shell:
-        "{params.py} -m kernelbook gather profile {output} {input} > {log} 2>&1"
+        "--settings {params.settings} profile {wildcards.study} --all "
+        "--build-dir {params.build_dir} --bench-dir {params.bench_dir} "
+        "--tuned-dir {params.tuned_dir} --reports {output.reports} --out {output.table} "
+        "> {log} 2>&1"
 
 
 rule roofline:

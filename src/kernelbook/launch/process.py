@@ -91,6 +91,35 @@ def wait_or_leave(cp, limit: float, where: str) -> None:
     cp.cuda.runtime.deviceSynchronize()  # raises the launch's error, if any
 
 
+def plan_command(project, study, plan_file: Path, *extra: str) -> list[str]:
+    """`kernelbook launch STUDY --plan FILE`: several variants, each at its sizes, in one
+    process (write_plan's file): what one ncu run of a whole study runs."""
+    settings = json.dumps({**project.settings, "studies": [study.name]})
+    return [sys.executable, "-m", "kernelbook", "--settings", settings, "launch", study.name,
+            "--plan", str(plan_file), *extra]  # fmt: skip
+
+
+def write_plan(path: Path, entries) -> Path:
+    """A launch plan: ``entries`` of (variant id, cubin, [size label, ...]), in launch order."""
+    path.write_text(
+        json.dumps([{"variant": v, "cubin": str(c), "sizes": list(s)} for v, c, s in entries])
+    )
+    return path
+
+
+def read_plan(study: Study, path: str | Path) -> list[tuple[Variant, str, list[str]]]:
+    """A launch plan's entries as (variant, cubin, size labels); one ConfigError naming the
+    file for one that is not a plan of this study's variants."""
+    try:
+        raw = json.loads(Path(path).read_text())
+        entries = [(study.variant(e["variant"]), str(e["cubin"]), list(e["sizes"])) for e in raw]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ConfigError(f"launch --plan {path}: not a launch plan ({e})") from None
+    if not entries or any(not sizes for _, _, sizes in entries):
+        raise ConfigError(f"launch --plan {path}: every entry needs a variant, a cubin and sizes")
+    return entries
+
+
 def launch_variant(
     project: Project,
     study: Study,
@@ -103,10 +132,16 @@ def launch_variant(
 ) -> int:
     """Launch one variant at each size in turn, ``repeat`` times a size (checked once a size
     with ``check``), the kernel loaded once: ncu sees the sizes' launches in this order."""
-    problem = problems.get(study.problem)
     labels = [size] if isinstance(size, str) else list(size)
+    return launch_plan(project, study, [(variant, cubin, labels)], repeat, check, exact)
+
+
+def launch_plan(project: Project, study: Study, entries, repeat=1, check=False, exact=False) -> int:
+    """Launch each entry's variant ((variant, cubin or None, size labels)) at its sizes in
+    turn, in the entries' order: one process, one CUDA context for them all."""
+    problem = problems.get(study.problem)
     try:
-        parsed = [problem.parse_size(label) for label in labels]
+        parsed = [[problem.parse_size(label) for label in labels] for _, _, labels in entries]
     except ValueError as e:
         raise ConfigError(str(e)) from None
     if os.environ.get(gpu.SLOT_HELD_ENV) != "1":
@@ -119,42 +154,50 @@ def launch_variant(
         cp.cuda.set_allocator(None)
     limit = tool_limit(project.settings, "launch_s")
     nvtx = nvtx_range()
-    with tempfile.TemporaryDirectory() as tmp:
-        if cubin:
-            cubin_path = Path(cubin)
-            smem = row_smem(sibling_build_row(cubin_path)) if variant.kind == "triton" else None
-        else:
-            info = compile_now(project, study, variant, Path(tmp) / "kernel.cubin")
-            cubin_path, smem = info.cubin, info.smem
-        kernel = load_kernel(project.root, study, variant, cubin_path, smem)
-        for sizes in parsed:
-            case = problem.setup(
-                sizes,
-                study.dtype,
-                study.params,
-                project.settings["seed"],
-                guard=0 if exact else 64 * 1024,
-                computes=variant.computes,
-                reference=check,
-            )
-            run, launch = kernel_launcher(kernel, study, variant, sizes, case)
-            label = problem.label(sizes)
-            where = f"{study.name}/{variant.id} at {label}"
-            for i in range(repeat):
-                case.reset()
-                with nvtx(NVTX_RANGE):  # ncu profiles the kernels inside this range only
-                    run()
-                wait_or_leave(cp, limit, where)
-                if check and i == 0:
-                    tol = study.tolerance or problem.tolerance(sizes, study.dtype)
-                    r = problem.check(case, tol, where)
-                    _eprint(f"correct: rel_err {r.rel_err:.2e}")
-            geometry = (
-                f"grid {launch.grid}, block {launch.block}, smem {launch.smem}"
-                if launch
-                else "torch's own kernels"
-            )
-            _eprint(f"{study.name}/{variant.id}: launched {repeat}x at {label}, {geometry}")
-            del run, launch, case  # the next size's buffers in their place
-            cp.get_default_memory_pool().free_all_blocks()
+    for (variant, cubin, _), sizes_list in zip(entries, parsed, strict=True):
+        with tempfile.TemporaryDirectory() as tmp:
+            if cubin:
+                cubin_path = Path(cubin)
+                smem = row_smem(sibling_build_row(cubin_path)) if variant.kind == "triton" else None
+            else:
+                info = compile_now(project, study, variant, Path(tmp) / "kernel.cubin")
+                cubin_path, smem = info.cubin, info.smem
+            kernel = load_kernel(project.root, study, variant, cubin_path, smem)
+            for sizes in sizes_list:
+                _launch_size(project, study, variant, kernel, sizes, repeat, check, exact,
+                             cp, limit, nvtx)  # fmt: skip
+            del kernel
     return 0
+
+
+def _launch_size(project, study, variant, kernel, sizes, repeat, check, exact, cp, limit, nvtx):
+    problem = problems.get(study.problem)
+    case = problem.setup(
+        sizes,
+        study.dtype,
+        study.params,
+        project.settings["seed"],
+        guard=0 if exact else 64 * 1024,
+        computes=variant.computes,
+        reference=check,
+    )
+    run, launch = kernel_launcher(kernel, study, variant, sizes, case)
+    label = problem.label(sizes)
+    where = f"{study.name}/{variant.id} at {label}"
+    for i in range(repeat):
+        case.reset()
+        with nvtx(NVTX_RANGE):  # ncu profiles the kernels inside this range only
+            run()
+        wait_or_leave(cp, limit, where)
+        if check and i == 0:
+            tol = study.tolerance or problem.tolerance(sizes, study.dtype)
+            r = problem.check(case, tol, where)
+            _eprint(f"correct: rel_err {r.rel_err:.2e}")
+    geometry = (
+        f"grid {launch.grid}, block {launch.block}, smem {launch.smem}"
+        if launch
+        else "torch's own kernels"
+    )
+    _eprint(f"{study.name}/{variant.id}: launched {repeat}x at {label}, {geometry}")
+    del run, launch, case  # the next size's buffers in their place
+    cp.get_default_memory_pool().free_all_blocks()

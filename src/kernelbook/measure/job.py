@@ -19,7 +19,11 @@ from kernelbook.build.job import (
     sibling_build_row,
 )
 from kernelbook.config import ConfigError, Project, Study, Variant
+from kernelbook.launch.kernel import KernelFailure
 from kernelbook.measure import bench
+from kernelbook.measure.timing import TimingError
+from kernelbook.problems.base import CheckError
+from kernelbook.tables import TableError
 
 
 def _eprint(*a):
@@ -195,6 +199,11 @@ def _died(status: int) -> str:
     return f"exited with status {os.WEXITSTATUS(status) if os.WIFEXITED(status) else status}"
 
 
+# What a bench raises that says all there is to say in its message: a worker reports it in
+# one line, as kernelbook's command line does, rather than with a traceback.
+_SAID = (ConfigError, nvcc.CompileError, KernelFailure, CheckError, TableError, TimingError)
+
+
 def _worker(project, study, items, sizes, slot, record_failure):
     """Fork a worker that benches ``items`` in turn, sending each variant's (rows, samples)
     back as it finishes, and leaving after a variant that lost the device; ([(rows,
@@ -219,9 +228,7 @@ def _worker(project, study, items, sizes, slot, record_failure):
                         break  # this process's device is gone: a fresh worker for the rest
         except BaseException as e:  # noqa: BLE001 - a worker reports, then leaves
             code = 1
-            from kernelbook import cli
-
-            if isinstance(e, cli.user_errors()):
+            if isinstance(e, _SAID):
                 _eprint(f"kernelbook: error: {e}")
             else:
                 import traceback

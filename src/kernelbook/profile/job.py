@@ -99,6 +99,50 @@ def profile_job(
     return 0
 
 
+def profile_study_job(
+    project: Project, study: Study, out, reports, build_dir, bench_dir, tuned_dir, sizes=None,
+    variants: list[Variant] | None = None,
+) -> int:  # fmt: skip
+    """ncu on ``variants`` (None: every variant of ``study``) in one run
+    (ncu.profile_study), at the study's profile sizes or ``sizes`` (labels): each plain
+    variant's cubin from ``build_dir``, less the sizes its bench failed at (its table in
+    ``bench_dir``), each tuned variant through its winning candidates (its table in
+    ``tuned_dir``). A missing table is one error naming it, before the GPU is taken."""
+    problem = problems.get(study.problem)
+    if sizes:
+        try:
+            sizes = [problem.parse_size(label) for label in sizes]
+        except ValueError as e:
+            raise ConfigError(f"{study.name}: --size: {e}") from None
+    sizes = list(sizes or study.profile_sizes)
+    variants = list(study.variants if variants is None else variants)
+    need = {"--build-dir": build_dir, "--bench-dir": bench_dir}
+    if any(v.is_tuned for v in variants):
+        need["--tuned-dir"] = tuned_dir
+    missing = [k for k, v in need.items() if not v]
+    if missing:
+        raise ConfigError(f"profile {study.name}: give {', '.join(missing)}")
+    entries = []
+    for v in variants:
+        table = Path(tuned_dir if v.is_tuned else bench_dir) / f"{v.id}.parquet"
+        if not table.is_file():
+            what = "tuned" if v.is_tuned else "bench"
+            raise ConfigError(f"{study.name}/{v.id}: no {what} table at {table}")
+        if v.is_tuned:
+            runs, failed = targets(study, v, sizes, build_dir, tuned_table=table), {}
+        else:
+            runs, failed = targets(study, v, sizes, build_dir), bench_failures(table)
+        entries += [(v.id, run, path, run_sizes, failed) for run, path, run_sizes in runs]
+    ncu.ncu_version()  # a process of its own, asked before the GPU is taken
+    slot = gpu.acquire_slot(preload=())
+    Path(reports).mkdir(parents=True, exist_ok=True)
+    rows = ncu.profile_study(project, study, entries, Path(reports), slot.uuid)
+    gpu.release_slot(slot)  # ncu's processes are gone: the rows are written without the GPU
+    rows = [{**r, "job_startup_s": slot.startup_s, "job_wait_s": slot.wait_s} for r in rows]
+    tables.write(rows or _empty("profile", study), out, "profile", study.size_names)
+    return 0
+
+
 def sanitize_job(
     project: Project, study: Study, variant: Variant, out, build_dir,
     cubin=None, tuned_table=None, bench_table=None,

@@ -16,6 +16,7 @@ import pandas as pd
 from kernelbook import provenance
 from kernelbook.config import tool_limit
 from kernelbook.launch.process import NVTX_RANGE, launch_command
+from kernelbook.layout import STUDY_PROFILE_REPORT
 from kernelbook.procs import ToolTimeout, run_tool
 
 NCU_TIMEOUT_S = 900.0  # timeouts.ncu_s's default
@@ -97,7 +98,7 @@ NVTX_INCLUDE = f"{NVTX_RANGE}/"
 
 
 def ncu_command(
-    entry: str | None,
+    entry: str | list[str] | None,
     report: Path,
     launch_cmd: list[str],
     prof: dict,
@@ -105,9 +106,13 @@ def ncu_command(
     exe: str | None = None,
 ) -> list[str]:
     """The ncu call for the first ``launches`` launches of one kernel (``entry``: one a
-    size, when the launch helper runs several sizes in turn), or, with ``entry`` None (a
-    torch variant), for every kernel inside the launch's NVTX range; ``prof`` is a study's
-    resolved profile settings."""
+    size, when the launch helper runs several sizes in turn) or of any of several (a list:
+    a study's variants, one after another), or, with ``entry`` None (a torch variant), for
+    every kernel inside the launch's NVTX range; ``prof`` is a study's resolved profile
+    settings."""
+    if isinstance(entry, (list, tuple)):  # several variants' kernels in one run
+        names = list(dict.fromkeys(entry))
+        entry = names[0] if len(names) == 1 else "(" + "|".join(names) + ")"
     only = (
         ["-k", f"regex:^{entry}$", "--launch-count", str(launches)]
         if entry
@@ -136,7 +141,7 @@ def ncu_command(
 
 
 def run_ncu(
-    entry: str | None,
+    entry: str | list[str] | None,
     report: Path,
     launch_cmd: list[str],
     prof: dict,
@@ -256,6 +261,92 @@ def _action_metrics(action) -> tuple[str, list[tuple[str, float | None, str | No
     return action.name(), rows
 
 
+class _Rows(list):
+    """Rows of the profile table for one variant: metric rows, and marker rows (not_run,
+    failed) for the sizes that have no metrics."""
+
+    def __init__(self, prov: dict, log):
+        super().__init__()
+        self.prov, self.log = prov, log
+
+    def add(self, s, label, **cols):
+        self.append(
+            {
+                **self.prov,
+                **s,
+                "size": label,
+                **dict.fromkeys(("status", "reason", "failure", "metric", "value", "unit")),
+                **dict.fromkeys(("kernel", "report", "ncu_s", "read_s")),
+                "measured_at": provenance.now(),
+                **cols,
+            }
+        )
+
+    def marker(self, s, label, status, kind, reason):
+        where = f"{self.prov['study']}/{self.prov['variant']} at {label}"
+        self.log(f"{where}: {status.replace('_', ' ')} ({kind}): {reason}")
+        self.add(s, label, status=status, reason=reason, failure=kind)
+
+    def metrics(self, s, label, kernel, metrics, report_name, ncu_s, read_s):
+        now = provenance.now()
+        for name, value, unit in metrics:
+            self.add(s, label, status="ok", metric=name, value=value, unit=unit, kernel=kernel,
+                     report=report_name, ncu_s=ncu_s, read_s=read_s, measured_at=now)  # fmt: skip
+
+
+def _context(project, study, slot_uuid: str):
+    """What every profile row of a job shares: the GPU's facts, ncu's version, the limit."""
+    from kernelbook import gpu
+
+    facts = gpu.device_facts(slot_uuid)
+    env = {**os.environ, gpu.SLOT_HELD_ENV: "1", "CUDA_VISIBLE_DEVICES": slot_uuid}
+    return facts, ncu_version(), tool_limit(project.settings, "ncu_s"), env
+
+
+def _prov(project, study, variant, facts, version) -> dict:
+    from kernelbook.provenance import sha256_source
+
+    return {
+        "study": study.name,
+        "variant": variant.id,
+        "clock_control": study.profile.get("clock_control", "none"),
+        "gpu_name": facts["gpu_name"],
+        "gpu_uuid": facts["gpu_uuid"],
+        "driver_version": facts["driver_version"],
+        "ncu_version": version,
+        "source_sha256": sha256_source(project.root / variant.source),
+        "git_commit": provenance.git_commit(project.root),
+    }
+
+
+def _todo(study, variant, sizes, skip, rows: _Rows, log) -> list[tuple[dict, str]]:
+    """The sizes of ``variant`` to profile, as (size, label): those its `requires` rule out
+    are left out, and those the bench found failing (``skip``) get a not_run row."""
+    from kernelbook import problems
+
+    problem = problems.get(study.problem)
+    todo = []
+    for s in sizes:
+        label = problem.label(s)
+        unmet = variant.unmet(s)
+        if unmet:
+            why = " and ".join(unmet)
+            log(f"{study.name}/{variant.id} at {label}: not profiled, requires {why}")
+            continue
+        if label in (skip or {}):
+            kind, why = skip[label]
+            rows.marker(s, label, "not_run", kind, f"not profiled: the bench failed here ({why})")
+            continue
+        todo.append((s, label))
+    return todo
+
+
+def by_range(variant) -> bool:
+    """A torch variant, or one of several kernels (then:): profiled as every kernel of the
+    launch's NVTX range, summed as one, a process a size."""
+    return variant.kind == "torch" or bool(variant.then)
+
+
 def profile_variant(
     project,
     study,
@@ -266,6 +357,7 @@ def profile_variant(
     slot_uuid: str,
     log=lambda s: print(s, file=sys.stderr, flush=True),
     skip: dict[str, tuple[str, str]] | None = None,
+    context=None,
 ) -> list[dict]:
     """Profile ``variant`` at each size; rows of the profile table.
 
@@ -280,71 +372,12 @@ def profile_variant(
     tool) a size, and the other sizes go on; one that runs past timeouts.ncu_s, a ``failed``
     row of kind hang for each size it held.
     """
-    from kernelbook import gpu, problems
-    from kernelbook.provenance import sha256_source
-
-    problem = problems.get(study.problem)
-    facts = gpu.device_facts(slot_uuid)
-    version = ncu_version()
-    timeout = tool_limit(project.settings, "ncu_s")
-    prov = {
-        "study": study.name,
-        "variant": variant.id,
-        "clock_control": study.profile.get("clock_control", "none"),
-        "gpu_name": facts["gpu_name"],
-        "gpu_uuid": facts["gpu_uuid"],
-        "driver_version": facts["driver_version"],
-        "ncu_version": version,
-        "source_sha256": sha256_source(project.root / variant.source),
-        "git_commit": provenance.git_commit(project.root),
-    }
-    env = {**os.environ, gpu.SLOT_HELD_ENV: "1", "CUDA_VISIBLE_DEVICES": slot_uuid}
+    facts, version, timeout, env = context or _context(project, study, slot_uuid)
     report_dir.mkdir(parents=True, exist_ok=True)
-    skip = skip or {}
-    rows = []
-
-    def add(s, label, **cols):
-        rows.append(
-            {
-                **prov,
-                **s,
-                "size": label,
-                **dict.fromkeys(("status", "reason", "failure", "metric", "value", "unit")),
-                **dict.fromkeys(("kernel", "report", "ncu_s", "read_s")),
-                "measured_at": provenance.now(),
-                **cols,
-            }
-        )
-
-    def marker(s, label, status, kind, reason):
-        log(f"{study.name}/{variant.id} at {label}: {status.replace('_', ' ')} ({kind}): {reason}")
-        add(s, label, status=status, reason=reason, failure=kind)
-
-    def metric_rows(s, label, kernel, metrics, report_name, ncu_s, read_s):
-        now = provenance.now()
-        for name, value, unit in metrics:
-            add(s, label, status="ok", metric=name, value=value, unit=unit, kernel=kernel,
-                report=report_name, ncu_s=ncu_s, read_s=read_s, measured_at=now)  # fmt: skip
-
-    todo = []
-    for s in sizes:
-        label = problem.label(s)
-        where = f"{study.name}/{variant.id} at {label}"
-        unmet = variant.unmet(s)
-        if unmet:
-            log(f"{where}: not profiled, requires {' and '.join(unmet)}")
-            continue
-        if label in skip:
-            kind, why = skip[label]
-            marker(s, label, "not_run", kind, f"not profiled: the bench failed here ({why})")
-            continue
-        todo.append((s, label))
-    # a torch variant, or one of several kernels (then:): every kernel of the launch's NVTX
-    # range, summed as one, a process a size; otherwise the one kernel named by the entry,
-    # every size in one process (one start-up of ncu, Python and the kernel), report action
-    # i being size i
-    by_range = variant.kind == "torch" or bool(variant.then)
-    if not by_range and len(todo) > 1:
+    rows = _Rows(_prov(project, study, variant, facts, version), log)
+    todo = _todo(study, variant, sizes, skip, rows, log)
+    ranged = by_range(variant)
+    if not ranged and len(todo) > 1:
         labels = [label for _, label in todo]
         report = report_dir / "+".join(labels)
         where = f"{study.name}/{variant.id} at {', '.join(labels)}"
@@ -359,16 +392,16 @@ def profile_variant(
                 raise ProfileError(f"{where}: {len(each)} kernels profiled for {len(todo)} sizes")
         except ToolTimeout as e:
             for s, label in todo:
-                marker(s, label, "failed", "hang", str(e))
-            return rows
+                rows.marker(s, label, "failed", "hang", str(e))
+            return list(rows)
         except ProfileError as e:
             log(f"{where}: one ncu run for every size failed, each size on its own now: {e}")
         else:
             for (s, label), (kernel, metrics) in zip(todo, each, strict=True):
                 log(f"{study.name}/{variant.id} at {label}: {len(metrics)} metrics from "
                     f"{report.name}.ncu-rep")  # fmt: skip
-                metric_rows(s, label, kernel, metrics, f"{report.name}.ncu-rep", *share)
-            return rows
+                rows.metrics(s, label, kernel, metrics, f"{report.name}.ncu-rep", *share)
+            return list(rows)
     for s, label in todo:
         where = f"{study.name}/{variant.id} at {label}"
         report = report_dir / label
@@ -376,7 +409,7 @@ def profile_variant(
         try:
             t0 = time.monotonic()
             run_ncu(
-                None if by_range else variant.entry,
+                None if ranged else variant.entry,
                 report,
                 launch,
                 study.profile,
@@ -385,17 +418,100 @@ def profile_variant(
                 timeout,
             )
             t1 = time.monotonic()
-            read = read_report_all if by_range else read_report
+            read = read_report_all if ranged else read_report
             kernel, metrics = read(Path(str(report) + ".ncu-rep"))
             t2 = time.monotonic()
         except ToolTimeout as e:
-            marker(s, label, "failed", "hang", str(e))
+            rows.marker(s, label, "failed", "hang", str(e))
             continue
         except ProfileError as e:
-            marker(s, label, "failed", "tool", str(e))
+            rows.marker(s, label, "failed", "tool", str(e))
             continue
         log(f"{where}: {len(metrics)} metrics from {report.name}.ncu-rep")
-        metric_rows(s, label, kernel, metrics, f"{report.name}.ncu-rep", t1 - t0, t2 - t1)
+        rows.metrics(s, label, kernel, metrics, f"{report.name}.ncu-rep", t1 - t0, t2 - t1)
+    return list(rows)
+
+
+STUDY_REPORT = STUDY_PROFILE_REPORT  # its report: <reports>/study.ncu-rep
+
+
+def profile_study(
+    project,
+    study,
+    entries,
+    report_dir: Path,
+    slot_uuid: str,
+    log=lambda s: print(s, file=sys.stderr, flush=True),
+) -> list[dict]:
+    """Profile a study's variants in one ncu process: ``entries`` are (job, variant, cubin,
+    sizes, skip), one a variant to run (a tuned variant's winning candidate at each size is
+    an entry of its own, ``job`` naming the tuned variant); rows of the profile table, each
+    labelled with its entry's job.
+
+    The launch helper runs every entry's sizes in turn from a launch plan, and ncu profiles
+    each launch of the variants' named kernels (``study.ncu-rep``: action i is launch i):
+    one start-up of ncu, Python and CUDA for the study instead of one a variant. Should that
+    run fail (a kernel that faults under replay, a report that does not hold one kernel a
+    launch), every variant is profiled on its own (profile_variant: its sizes in one process,
+    then each size alone), so that a failure is one variant's, then one size's. A torch
+    variant and a several-kernel one (their kernels are found by NVTX range, a process a
+    size) always run on their own."""
+    from kernelbook.launch.process import plan_command, write_plan
+
+    context = _context(project, study, slot_uuid)
+    facts, version, timeout, env = context
+    report_dir.mkdir(parents=True, exist_ok=True)
+    rows: list[dict] = []
+    batch = []  # (job, variant, cubin, todo, its rows)
+    alone = []
+    for job, variant, cubin, sizes, skip in entries:
+        if by_range(variant):
+            alone.append((job, variant, cubin, sizes, skip))
+            continue
+        own = _Rows(_prov(project, study, variant, facts, version), log)
+        todo = _todo(study, variant, sizes, skip, own, log)
+        rows += [{**r, "variant": job} for r in own]
+        if todo:
+            batch.append((job, variant, cubin, todo))
+    launches = sum(len(todo) for *_, todo in batch)
+    if len(batch) > 1:
+        report = report_dir / STUDY_REPORT
+        where = f"{study.name}: {len(batch)} variants, {launches} launches"
+        plan = write_plan(
+            report_dir / f"{STUDY_REPORT}.plan.json",
+            [(v.id, cubin, [label for _, label in todo]) for _, v, cubin, todo in batch],
+        )
+        entry_names = [v.entry for _, v, _, _ in batch]
+        try:
+            t0 = time.monotonic()
+            run_ncu(entry_names, report, plan_command(project, study, plan), study.profile,
+                    where, env, timeout, launches)  # fmt: skip
+            t1 = time.monotonic()
+            each = read_report_each(Path(str(report) + ".ncu-rep"))
+            share = ((t1 - t0) / launches, (time.monotonic() - t1) / launches)
+            if len(each) != launches:
+                raise ProfileError(f"{where}: {len(each)} kernels profiled for {launches} launches")
+        except (ProfileError, ToolTimeout) as e:
+            log(f"{where}: one ncu run for the study failed, each variant on its own now: {e}")
+        else:
+            at = iter(each)
+            for job, variant, _, todo in batch:
+                own = _Rows(_prov(project, study, variant, facts, version), log)
+                for s, label in todo:
+                    kernel, metrics = next(at)
+                    own.metrics(s, label, kernel, metrics, f"{STUDY_REPORT}.ncu-rep", *share)
+                log(f"{study.name}/{variant.id}: {len(todo)} size(s) from {STUDY_REPORT}.ncu-rep")
+                rows += [{**r, "variant": job} for r in own]
+            batch = []
+    for job, variant, cubin, todo in batch:  # on its own (no study run, or it failed)
+        sizes = [s for s, _ in todo]
+        part = profile_variant(project, study, variant, cubin, sizes, report_dir / variant.id,
+                               slot_uuid, log, context=context)  # fmt: skip
+        rows += [{**r, "variant": job} for r in part]
+    for job, variant, cubin, sizes, skip in alone:
+        part = profile_variant(project, study, variant, cubin, sizes, report_dir / variant.id,
+                               slot_uuid, log, skip, context=context)  # fmt: skip
+        rows += [{**r, "variant": job} for r in part]
     return rows
 
 

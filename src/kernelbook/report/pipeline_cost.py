@@ -27,7 +27,7 @@ STAGE_OF_RULE = {
     "stages": "bench",
     "device": "device",
     "profile": "profile",
-    "profile_table": "profile",
+    "profile_table": "profile",  # runs from before a study had one profile job
     "roofline": "profile",
     "sanitize": "sanitize",
     "sanitizer_table": "sanitize",

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from kernelbook import runlog, tables
+from kernelbook.layout import STUDY_PROFILE_REPORT
 from kernelbook.report import compare, pipeline_cost, plot
 from kernelbook.report.data import copy_word
 
@@ -227,14 +228,17 @@ def profile_time(prof: pd.DataFrame | None) -> dict | None:
     if prof is None or not set(need) <= set(prof.columns) or prof["ncu_s"].isna().all():
         return None
     sizes = prof.drop_duplicates(["variant", "size"])
-    jobs = sizes.groupby("variant", sort=False)
+    # a job's rows share its start-up and wait (a study's one profile job, or, in tables
+    # from before it, a job a variant)
+    jobs = sizes.groupby(["job_startup_s", "job_wait_s"], sort=False, dropna=False)
+    ran = sizes[sizes["ncu_s"].notna()]
+    # a report is one ncu process: the study's, or one in a variant's own folder
+    mine = ran["report"] != f"{STUDY_PROFILE_REPORT}.ncu-rep"
+    report = ran["report"].where(~mine, ran["variant"] + "/" + ran["report"])
     return {
         "jobs": int(jobs.ngroups),
-        "sizes": int(sizes["ncu_s"].notna().sum()),
-        # a report is one ncu process; each variant's job writes its own reports folder
-        "processes": int(
-            len(sizes.loc[sizes["ncu_s"].notna()].drop_duplicates(["variant", "report"]))
-        ),
+        "sizes": int(len(ran)),
+        "processes": int(report.nunique()),
         "startup": float(jobs["job_startup_s"].first().sum()),
         "wait": float(jobs["job_wait_s"].first().sum()),
         "ncu": float(sizes["ncu_s"].sum()),
