@@ -596,6 +596,7 @@ def test_concurrent_jobs_land_on_distinct_gpus(tmp_path):
     assert len(uuids) == 2, uuids
 
 
+@pytest.mark.slow  # a whole Snakemake run: the release tier (-m 'gpu and slow')
 def test_a_tune_space_is_benched_in_one_job_then_its_winners_picked(tmp_path):
     """The pipeline's tuning through real Snakemake: every candidate of a tuned variant
     compiled by its own job, then benched in one (bench_candidates: one process, one GPU

@@ -6,7 +6,8 @@ The quick loop:
   kernelbook bench STUDY VARIANT... [--size]  check, then time beside the baselines
   kernelbook launch STUDY VARIANT --size S    one launch (what ncu and compute-sanitizer run)
   kernelbook profile STUDY VARIANT --size S --reports DIR --out T
-                                              Nsight Compute at those sizes (compiled now)
+                                              Nsight Compute at those sizes (compiled now);
+                                              several variants, or --all: one ncu run
 Published worklogs:
   kernelbook check | publish | render | index | before-after | compare
 The rules' jobs: profile, sanitize, roofline, device, gather, select, stages, meta, gate,
@@ -320,7 +321,7 @@ def parser() -> argparse.ArgumentParser:
         "variant",
         nargs="+",
         help="a variant or candidate; several (plain variants or candidates) run one after "
-        "another in one process, into one table",
+        "another in one job, into one table",
     )
     s.add_argument(
         "--size", action="append", help="e.g. 4096, 4096x4096x1000 or M=..,N=..,K=..; repeatable"
