@@ -97,6 +97,20 @@ def test_a_worker_that_dies_costs_its_variant_one_failed_row(monkeypatch, tmp_pa
     assert "demo/b: the bench's worker process was killed by signal 9" in capfd.readouterr().err
 
 
+def test_workers_that_cannot_run_anything_end_the_bench_in_one_error(monkeypatch, tmp_path):
+    """A worker that dies even on a variant it only has to record as failed (the GPU is gone
+    for any process): one error naming the variant, not a loop of fresh workers."""
+
+    def dies(*a, **k):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    monkeypatch.setattr(job, "_plain_rows", dies)
+    items = [(V(n), BuildInfo(Path(f"{n}.cubin"), "13.0", "-O3")) for n in ("a", "b")]
+    with pytest.raises(job.gpu.NoGpu, match="demo/a: the bench's worker process was killed by "
+                       "signal 9, a second time"):  # fmt: skip
+        job._run_in_workers(None, Study(), items, None, SLOT, True)
+
+
 def test_a_failed_variant_without_record_failure_stops_the_bench(monkeypatch, tmp_path):
     """The quick loop (no --record-failure): a worker that fails exits 1, having said why;
     the bench stops there with that status."""

@@ -700,6 +700,27 @@ def test_a_crash_in_a_study_profile_costs_only_its_variant(tmp_path):
     assert list(bad["status"]) == ["failed"] and list(bad["failure"]) == ["tool"], bad
 
 
+def test_a_study_sanitize_runs_each_tool_once_for_its_clean_variants(tmp_path):
+    """The study's sanitize job: each tool in one process for every variant (a plan run at
+    each one's sanitize size); finding nothing there, every variant is clean for that tool,
+    and none is run again on its own."""
+    run = ["01_naive", "02_coalescing"]
+    for v in run:
+        build_dir = _compile(tmp_path, "sgemm", v)
+    bench = _no_failures(tmp_path / "bench", "sgemm", run)
+    out = tmp_path / "sanitizer.parquet"
+    proc = kb("sanitize", "sgemm", *run, "--build-dir", str(build_dir), "--bench-dir",
+              str(bench), "--out", str(out))  # fmt: skip
+    assert "each variant on its own" not in proc.stderr, proc.stderr
+    df = tables.read(out)
+    assert sorted(zip(df["variant"], df["tool"], strict=True)) == sorted(
+        (v, t) for v in run for t in ("memcheck", "racecheck", "initcheck", "synccheck")
+    )
+    assert (df["verdict"] == "clean").all() and (df["exit_code"] == 0).all(), df
+    gate = kb("sanitize-gate", "sgemm", str(out), "--out", str(tmp_path / "ok"))
+    assert gate.returncode == 0
+
+
 # 01 in the quick tier; 02 (the same FFMAs, other loads) in the slow one
 @pytest.mark.parametrize(
     "variant", ["01_naive", pytest.param("02_coalescing", marks=pytest.mark.slow)]

@@ -395,4 +395,13 @@ def test_a_study_profile_names_what_it_lacks_before_the_gpu(tmp_path):
     proc = kb("profile", "transpose", "00_copy", "01_naive", "--cubin", "k.cubin", "--out",
               out, "--reports", reports, settings=own, check=False)  # fmt: skip
     assert proc.returncode == 1 and "not --cubin" in proc.stderr
+    # the study's sanitize job: the same folders, the same checks
+    proc = kb("sanitize", "transpose", "--all", "--build-dir", str(tmp_path), "--bench-dir",
+              str(bench), "--out", out, settings=own, check=False)  # fmt: skip
+    assert proc.returncode == 1
+    assert "kernelbook: error: sanitize transpose: give --tuned-dir" in proc.stderr
+    proc = kb("sanitize", "transpose", "00_copy", "01_naive", "--build-dir", str(tmp_path),
+              "--bench-dir", str(bench), "--out", out, settings=own, check=False)  # fmt: skip
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("kernelbook: error: transpose/00_copy: no bench table at "), last
     assert not Path(out).exists()

@@ -143,6 +143,16 @@ def cmd_launch(args) -> int:
     )
 
 
+def _several_only(args, verb: str) -> None:
+    """Several variants (or --all) take their builds and tables from folders only."""
+    if (args.all and args.variant) or args.cubin or args.tuned_table or args.bench_table:
+        raise cfg.ConfigError(
+            f"{verb} of several variants (or --all): their builds, bench and tuned tables "
+            "from --build-dir, --bench-dir and --tuned-dir (not --cubin, --tuned-table or "
+            "--bench-table; not --all and variants)"
+        )
+
+
 def cmd_profile(args) -> int:
     """ncu on one variant. The quick loop: --size, and without --build-dir or --cubin the
     variant compiled here first (the profile job itself builds nothing, and holds the GPU)."""
@@ -151,12 +161,7 @@ def cmd_profile(args) -> int:
     from kernelbook.profile.job import profile_job, profile_study_job, quick_sizes
 
     if args.all or len(args.variant) > 1:
-        if (args.all and args.variant) or args.cubin or args.tuned_table or args.bench_table:
-            raise cfg.ConfigError(
-                "profile of several variants (or --all): their builds, bench and tuned tables "
-                "from --build-dir, --bench-dir and --tuned-dir (not --cubin, --tuned-table or "
-                "--bench-table; not --all and variants)"
-            )
+        _several_only(args, "profile")
         project = _project(args)
         study = _load_study(args, project, args.study)
         variants = [study.variant(v) for v in args.variant] if args.variant else None
@@ -184,8 +189,19 @@ def cmd_profile(args) -> int:
 
 
 def cmd_sanitize(args) -> int:
-    from kernelbook.profile.job import sanitize_job
+    from kernelbook.profile.job import sanitize_job, sanitize_study_job
 
+    if args.all or len(args.variant) > 1:
+        _several_only(args, "sanitize")
+        project = _project(args)
+        study = _load_study(args, project, args.study)
+        variants = [study.variant(v) for v in args.variant] if args.variant else None
+        return sanitize_study_job(
+            project, study, args.out, args.build_dir, args.bench_dir, args.tuned_dir, variants
+        )
+    if not args.variant:
+        raise cfg.ConfigError("sanitize: name a variant, or --all for every one of the study")
+    args.variant = args.variant[0]
     project, study, variant = _study_variant(args)
     return sanitize_job(
         project, study, variant, args.out, args.build_dir,
@@ -373,14 +389,11 @@ def parser() -> argparse.ArgumentParser:
 
     for name, fn, help_ in (
         ("profile", cmd_profile, "Nsight Compute on a variant (or --all) at the profile sizes"),
-        ("sanitize", cmd_sanitize, "compute-sanitizer tools on one variant at a small size"),
+        ("sanitize", cmd_sanitize, "compute-sanitizer tools on a variant (or --all), small size"),
     ):
         s = sub.add_parser(name, help=help_)
         s.add_argument("study")
-        if name == "profile":
-            s.add_argument("variant", nargs="*", help="one, or several profiled in one ncu run")
-        else:
-            s.add_argument("variant")
+        s.add_argument("variant", nargs="*", help="one, or several run in one process a tool")
         s.add_argument("--out", required=True)
         build_help = "the study's build folder (results/build/<study>)"
         if name == "profile":
@@ -393,16 +406,16 @@ def parser() -> argparse.ArgumentParser:
             help="the variant's bench table: sizes it failed at are not run again "
             "(a hang or a failed compile: not sanitized at all)",
         )
+        s.add_argument(
+            "--all",
+            action="store_true",
+            help=f"every variant of the study together (the pipeline's {name} job): with "
+            "--build-dir, --bench-dir and, for autotuned variants, --tuned-dir",
+        )
+        s.add_argument("--bench-dir", help="several or --all: the variants' bench tables")
+        s.add_argument("--tuned-dir", help="several or --all: the tuned variants' tuned tables")
         if name == "profile":
             s.add_argument("--reports", required=True, help="folder for the .ncu-rep files")
-            s.add_argument(
-                "--all",
-                action="store_true",
-                help="every variant of the study in one ncu run (the pipeline's profile job): "
-                "with --build-dir, --bench-dir and, for autotuned variants, --tuned-dir",
-            )
-            s.add_argument("--bench-dir", help="several or --all: the variants' bench tables")
-            s.add_argument("--tuned-dir", help="several or --all: the tuned variants' tuned tables")
             s.add_argument(
                 "--size",
                 action="append",

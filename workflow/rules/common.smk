@@ -259,12 +259,10 @@ def stage_benchmarks(wildcards):
             out.append(RL.benchmark("bench_tuned_sweep", gpu, name, v.id))
         else:
             out.append(RL.benchmark("bench", gpu, name, v.id))
-        out.append(RL.benchmark("sanitize", gpu, name, v.id))
     out += [
         RL.benchmark(r, gpu, name, "all")
-        for r in ("measurements", "samples_table", "profile", "roofline")
+        for r in ("measurements", "samples_table", "profile", "roofline", "sanitize")
     ]
-    out.append(RL.benchmark("sanitizer_table", gpu, name, "all"))
     out.append(RL.device_benchmark(gpu))
     return out
 
@@ -300,19 +298,10 @@ def tuned_inputs(wildcards):
     return {"cubin": RL.job_build_file(wildcards.study, v.id, "kernel.cubin")}
 
 
-def checked_inputs(wildcards):
-    """Profile and sanitize run what the bench found correct: a plain variant's bench table
-    (sizes it failed at are not run again), a tuned variant's winners."""
-    named = tuned_inputs(wildcards)
-    if not variant_of(wildcards).is_tuned:
-        named["bench"] = RL.job_table(
-            wildcards.gpu, wildcards.study, "bench", wildcards.variant
-        )
-    return named
-
-
 def study_checked_inputs(wildcards):
-    """What a study's profile job reads: checked_inputs of every variant of the study."""
+    """What a study's profile and sanitize jobs read: what the bench found correct, each
+    plain variant's bench table (sizes it failed at are not run again) and cubin, each tuned
+    variant's tuned table (its winners) and its candidates' cubins."""
     named = {"bench": [], "tuned": [], "cubins": []}
     for v in study_of(wildcards).variants:
         if v.is_tuned:
@@ -333,13 +322,6 @@ def study_checked_inputs(wildcards):
     return named
 
 
-def bench_arg(wildcards):
-    if variant_of(wildcards).is_tuned:
-        return ""
-    path = RL.job_table(wildcards.gpu, wildcards.study, "bench", wildcards.variant)
-    return f"--bench-table {path}"
-
-
 def tuned_arg(wildcards):
     v = variant_of(wildcards)
     if not v.is_tuned:
@@ -347,17 +329,6 @@ def tuned_arg(wildcards):
     return (
         f"--tuned-table {RL.job_table(wildcards.gpu, wildcards.study, 'tuned', v.id)}"
     )
-
-
-def declared_variants(kind):
-    def inputs(wildcards):
-        study = study_of(wildcards)
-        return [
-            RL.job_table(wildcards.gpu, wildcards.study, kind, v.id)
-            for v in study.variants
-        ]
-
-    return inputs
 
 
 def gate_targets():

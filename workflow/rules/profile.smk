@@ -1,8 +1,9 @@
 # Profile and sanitize stages (GPU): Nsight Compute metrics and the roofline per study (one
 # ncu run for every variant of a study, each variant on its own where that run fails);
-# compute-sanitizer per variant, and a gate that fails on unexplained findings. Both run
-# in their own processes, apart from the timing, each within its time limit (timeouts.ncu_s,
-# timeouts.sanitizer_s). An autotuned variant is profiled and sanitized through the
+# compute-sanitizer per study (each tool one process for the study's variants where it
+# finds nothing, each variant on its own otherwise), and a gate that fails on unexplained
+# findings. Both run in their own processes, apart from the timing, each within its time
+# limit (timeouts.ncu_s, timeouts.sanitizer_s). An autotuned variant is profiled and sanitized through the
 # candidate that won at the size in question; a plain one after its bench, which says the
 # sizes it failed at: those are not profiled, and a hanging kernel is not sanitized.
 
@@ -61,13 +62,13 @@ rule roofline:
 
 rule sanitize:
     input:
-        unpack(checked_inputs),
+        unpack(study_checked_inputs),
     output:
-        RL.job_table("{gpu}", "{study}", "sanitize", "{variant}"),
+        RL.study_file("{gpu}", "{study}", "sanitizer.parquet"),
     log:
-        RL.log("{study}", "sanitize", "{gpu}", "{variant}.log"),
+        RL.log("{study}", "sanitize", "{gpu}", "all.log"),
     benchmark:
-        RL.benchmark("sanitize", "{gpu}", "{study}", "{variant}")
+        RL.benchmark("sanitize", "{gpu}", "{study}", "all")
     priority: 1
     conda:
         "../envs/kernelbook.yaml"
@@ -75,34 +76,16 @@ rule sanitize:
         gpu=1,
         gpu_model=GPU_MODEL,
     params:
-        spec=variant_spec,
         settings=settings_arg,
-        tuned=tuned_arg,
-        bench=bench_arg,
         build_dir=lambda w: RL.build_dir(w.study),
+        bench_dir=lambda w: RL.job_dir(w.gpu, w.study, "bench"),
+        tuned_dir=lambda w: RL.job_dir(w.gpu, w.study, "tuned"),
         py=PY,
     shell:
         "KERNELBOOK_GPU_MODEL={wildcards.gpu} {params.py} -m kernelbook "
-        "--settings {params.settings} sanitize {wildcards.study} "
-        "{wildcards.variant} --build-dir {params.build_dir} {params.tuned} {params.bench} "
-        "--out {output} > {log} 2>&1"
-
-
-rule sanitizer_table:
-    input:
-        declared_variants("sanitize"),
-    output:
-        RL.study_file("{gpu}", "{study}", "sanitizer.parquet"),
-    log:
-        RL.log("{study}", "sanitizer_table", "{gpu}.log"),
-    benchmark:
-        RL.benchmark("sanitizer_table", "{gpu}", "{study}", "all")
-    conda:
-        "../envs/kernelbook.yaml"
-    params:
-        py=PY,
-    shell:
-        "{params.py} -m kernelbook gather sanitizer {output} {input} > {log} 2>&1"
+        "--settings {params.settings} sanitize {wildcards.study} --all "
+        "--build-dir {params.build_dir} --bench-dir {params.bench_dir} "
+        "--tuned-dir {params.tuned_dir} --out {output} > {log} 2>&1"
 
 
 rule sanitize_gate:

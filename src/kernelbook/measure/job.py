@@ -180,8 +180,13 @@ def _run_in_workers(project, study, items, sizes, slot, record_failure):
         if not rest:
             break
         v, info = rest[0]
-        if status != 0:  # it died running rest[0]: that one's failed rows, then the others
+        if status != 0 or not done:  # it died running rest[0]: its failed rows, then the rest
             why = f"the bench's worker process {_died(status)}"
+            if info.failed:  # it died again, before running anything: no worker can run
+                raise gpu.NoGpu(
+                    f"{study.name}/{v.id}: {why}, a second time, before it ran anything: this "
+                    "GPU cannot run the bench (see the log above)"
+                )
             _eprint(f"{study.name}/{v.id}: {why}: recorded as failed (crash)")
             rest[0] = (v, replace(info, failed=why, failed_kind="crash"))
         else:

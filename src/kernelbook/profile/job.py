@@ -115,23 +115,13 @@ def profile_study_job(
         except ValueError as e:
             raise ConfigError(f"{study.name}: --size: {e}") from None
     sizes = list(sizes or study.profile_sizes)
-    variants = list(study.variants if variants is None else variants)
-    need = {"--build-dir": build_dir, "--bench-dir": bench_dir}
-    if any(v.is_tuned for v in variants):
-        need["--tuned-dir"] = tuned_dir
-    missing = [k for k, v in need.items() if not v]
-    if missing:
-        raise ConfigError(f"profile {study.name}: give {', '.join(missing)}")
     entries = []
-    for v in variants:
-        table = Path(tuned_dir if v.is_tuned else bench_dir) / f"{v.id}.parquet"
-        if not table.is_file():
-            what = "tuned" if v.is_tuned else "bench"
-            raise ConfigError(f"{study.name}/{v.id}: no {what} table at {table}")
+    for v, table, failed in _study_entries(study, variants, bench_dir, tuned_dir, build_dir,
+                                          "profile"):  # fmt: skip
         if v.is_tuned:
-            runs, failed = targets(study, v, sizes, build_dir, tuned_table=table), {}
+            runs = targets(study, v, sizes, build_dir, tuned_table=table)
         else:
-            runs, failed = targets(study, v, sizes, build_dir), bench_failures(table)
+            runs = targets(study, v, sizes, build_dir)
         entries += [(v.id, run, path, run_sizes, failed) for run, path, run_sizes in runs]
     ncu.ncu_version()  # a process of its own, asked before the GPU is taken
     slot = gpu.acquire_slot(preload=())
@@ -167,6 +157,58 @@ def sanitize_job(
             tools=study.sanitize_tools, skip=lost, expect=variant.expect, failed=bad,
         )  # fmt: skip
         rows += [{**r, "variant": variant.id} for r in part]
+    gpu.release_slot(slot)  # compute-sanitizer's processes are gone
+    tables.write(rows or _empty("sanitizer", study), out, "sanitizer", study.size_names)
+    return 0
+
+
+def _study_entries(study: Study, variants, bench_dir, tuned_dir, build_dir, what: str):
+    """(variant, its runs from targets() at no size yet, the bench's failures) for each of
+    ``variants`` (None: the study's), their tables checked first: one ConfigError naming
+    what is missing, before the GPU is taken."""
+    variants = list(study.variants if variants is None else variants)
+    need = {"--build-dir": build_dir, "--bench-dir": bench_dir}
+    if any(v.is_tuned for v in variants):
+        need["--tuned-dir"] = tuned_dir
+    missing = [k for k, v in need.items() if not v]
+    if missing:
+        raise ConfigError(f"{what} {study.name}: give {', '.join(missing)}")
+    out = []
+    for v in variants:
+        table = Path(tuned_dir if v.is_tuned else bench_dir) / f"{v.id}.parquet"
+        if not table.is_file():
+            kind = "tuned" if v.is_tuned else "bench"
+            raise ConfigError(f"{study.name}/{v.id}: no {kind} table at {table}")
+        out.append((v, table, {} if v.is_tuned else bench_failures(table)))
+    return out
+
+
+def sanitize_study_job(
+    project: Project, study: Study, out, build_dir, bench_dir, tuned_dir,
+    variants: list[Variant] | None = None,
+) -> int:  # fmt: skip
+    """compute-sanitizer's tools on ``variants`` (None: every variant of ``study``), each tool
+    in one process for all of them where it finds nothing (sanitize.sanitize_study): plain
+    variants from ``build_dir`` less what their bench (``bench_dir``) found failing, tuned
+    ones through the winner at the headline (``tuned_dir``)."""
+    entries = []
+    for v, table, failed in _study_entries(study, variants, bench_dir, tuned_dir, build_dir,
+                                          "sanitize"):  # fmt: skip
+        lost = next(((k, r) for k, r in failed.values() if k in sanitize.NOT_RERUN), None)
+        bad = next(iter(failed.values()), None)  # failed at some size: explained, not waited on
+        if v.is_tuned:
+            headline = study.headline or study.profile_sizes[0]
+            runs = targets(study, v, [headline], build_dir, tuned_table=table)
+        else:
+            runs = targets(study, v, [], build_dir)
+        for run, path, _ in runs:
+            size = study.sanitize_size_for(run)
+            if size is None:
+                _eprint(f"{study.name}/{run.id}: no size it can run at; not sanitized")
+                continue
+            entries.append((v.id, run, path, size, lost, bad, v.expect))
+    slot = gpu.acquire_slot(preload=(), shared=True)  # checks, times nothing: shared
+    rows = sanitize.sanitize_study(project, study, entries, slot.uuid, tools=study.sanitize_tools)
     gpu.release_slot(slot)  # compute-sanitizer's processes are gone
     tables.write(rows or _empty("sanitizer", study), out, "sanitizer", study.size_names)
     return 0

@@ -7,6 +7,7 @@ import re
 import shutil
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from kernelbook import provenance
 from kernelbook.config import tool_limit
@@ -119,7 +120,6 @@ def sanitize_variant(
     says so. ``expect``: the declared variant's `expect` (a negative control's findings are
     ``expected``, not ``findings``)."""
     from kernelbook import gpu, problems
-    from kernelbook.provenance import sha256_source
 
     problem = problems.get(study.problem)
     label = problem.label(size)
@@ -180,28 +180,116 @@ def sanitize_variant(
                 verdict = "expected"
             else:
                 verdict = "findings"
-        log(
-            f"{where}: {tool}: {f.errors} errors, {f.warnings} warnings -> {verdict}"
-            + (f" ({f.first})" if f.first else "")
-        )
-        rows.append(
-            {
-                "study": study.name,
-                "variant": variant.id,
-                **size,
-                "size": label,
-                "tool": tool,
-                "errors": f.errors,
-                "warnings": f.warnings,
-                "first_finding": f.first,
-                "verdict": verdict,
-                "known_reason": known.get(tool),
-                "exit_code": code,
-                "gpu_name": facts["gpu_name"],
-                "gpu_uuid": facts["gpu_uuid"],
-                "source_sha256": sha256_source(project.root / variant.source),
-                "git_commit": provenance.git_commit(project.root),
-                "measured_at": provenance.now(),
-            }
-        )
+        rows.append(_row(project, study, variant, size, tool, f, code, verdict, facts, log))
     return rows
+
+
+def _row(project, study, variant, size, tool, f: Findings, code, verdict, facts, log) -> dict:
+    """One row of the sanitizer table: ``tool`` on ``variant`` at ``size``."""
+    from kernelbook import problems
+    from kernelbook.provenance import sha256_source
+
+    label = problems.get(study.problem).label(size)
+    log(
+        f"{study.name}/{variant.id} at {label}: {tool}: {f.errors} errors, {f.warnings} "
+        f"warnings -> {verdict}" + (f" ({f.first})" if f.first else "")
+    )
+    return {
+        "study": study.name,
+        "variant": variant.id,
+        **size,
+        "size": label,
+        "tool": tool,
+        "errors": f.errors,
+        "warnings": f.warnings,
+        "first_finding": f.first,
+        "verdict": verdict,
+        "known_reason": variant.known_findings.get(tool),
+        "exit_code": code,
+        "gpu_name": facts["gpu_name"],
+        "gpu_uuid": facts["gpu_uuid"],
+        "source_sha256": sha256_source(project.root / variant.source),
+        "git_commit": provenance.git_commit(project.root),
+        "measured_at": provenance.now(),
+    }
+
+
+def sanitize_study(
+    project,
+    study,
+    entries,
+    slot_uuid,
+    tools=TOOLS,
+    log=lambda s: print(s, file=sys.stderr, flush=True),
+) -> list[dict]:
+    """Each tool on a study's variants in one process (the launch helper runs a plan of every
+    variant at its sanitize size, --exact): ``entries`` are (job, variant, cubin, size, skip,
+    failed, expect), as sanitize_variant takes them, ``job`` the declared variant each row is
+    labelled with. A tool that finds nothing there, and exits 0, is clean for every variant
+    of the run; one that finds anything, fails or runs past its limit is run again on each
+    variant alone (sanitize_variant), so that each finding is its variant's. Variants whose
+    findings are expected or known, or that the bench found failing, always run alone."""
+    import tempfile
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kernelbook import gpu, problems
+    from kernelbook.launch.process import plan_command, write_plan
+
+    problem = problems.get(study.problem)
+    facts = gpu.device_facts(slot_uuid)
+    env = {**os.environ, gpu.SLOT_HELD_ENV: "1", "CUDA_VISIBLE_DEVICES": slot_uuid}
+    timeout = tool_limit(project.settings, "sanitizer_s")
+    padding = project.settings["sanitize"]["padding_bytes"]
+    together, alone = [], []
+    for e in entries:
+        job, variant, cubin, size, skip, failed, expect = e
+        plain = skip is None and failed is None and expect is None and not variant.known_findings
+        (together if plain else alone).append(e)
+    if len(together) < 2:
+        alone, together = together + alone, []
+
+    def study_run(tool, plan) -> bool:
+        """Whether ``tool`` ran the whole plan and found nothing."""
+        launch = plan_command(project, study, plan, "--exact")
+        cmd = sanitizer_command(sanitizer_exe(), tool, launch, padding)
+        what = f"{study.name}: {tool} on {len(together)} variants"
+        try:
+            proc = run_tool(cmd, timeout=timeout, what=what, setting="timeouts.sanitizer_s",
+                            env=env)  # fmt: skip
+            found = parse(tool, proc.stdout + proc.stderr)
+        except (ToolTimeout, SanitizeError) as e:
+            log(f"{what}: {e}: each variant on its own now")
+            return False
+        if proc.returncode != 0 or found.errors or found.warnings:
+            log(f"{what}: {found.errors} errors, {found.warnings} warnings, exit "
+                f"{proc.returncode}: each variant on its own now")  # fmt: skip
+            return False
+        return True
+
+    rows: list[dict] = []
+    redo = list(tools)
+    if together:
+        with tempfile.TemporaryDirectory() as tmp:
+            plan = write_plan(
+                Path(tmp) / "plan.json",
+                [(v.id, cubin, [problem.label(size)]) for _, v, cubin, size, *_ in together],
+            )
+            with ThreadPoolExecutor(max_workers=len(tools) or 1) as pool:
+                clean = dict(zip(tools, pool.map(lambda t: study_run(t, plan), tools), strict=True))
+        redo = [t for t in tools if not clean[t]]
+        for job, variant, _, size, *_ in together:
+            for tool in tools:
+                if clean[tool]:
+                    row = _row(project, study, variant, size, tool, Findings(tool, 0, 0, None),
+                               0, "clean", facts, log)  # fmt: skip
+                    rows.append({**row, "variant": job})
+    for job, variant, cubin, size, *_ in together if redo else []:
+        part = sanitize_variant(project, study, variant, cubin, size, slot_uuid,
+                                tools=tuple(redo), log=log)  # fmt: skip
+        rows += [{**r, "variant": job} for r in part]
+    for job, variant, cubin, size, skip, failed, expect in alone:
+        part = sanitize_variant(project, study, variant, cubin, size, slot_uuid, tools=tools,
+                                log=log, skip=skip, expect=expect, failed=failed)  # fmt: skip
+        rows += [{**r, "variant": job} for r in part]
+    order = {t: i for i, t in enumerate(tools)}
+    return sorted(rows, key=lambda r: (r["variant"], order.get(r["tool"], 0)))

@@ -30,7 +30,7 @@ STAGE_OF_RULE = {
     "profile_table": "profile",  # runs from before a study had one profile job
     "roofline": "profile",
     "sanitize": "sanitize",
-    "sanitizer_table": "sanitize",
+    "sanitizer_table": "sanitize",  # runs from before a study had one sanitize job
     "sanitize_gate": "sanitize",
     "study_meta": "render",
     "study_figures": "render",
