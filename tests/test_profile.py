@@ -405,3 +405,18 @@ def test_a_study_profile_names_what_it_lacks_before_the_gpu(tmp_path):
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("kernelbook: error: transpose/00_copy: no bench table at "), last
     assert not Path(out).exists()
+
+
+def test_a_study_run_is_read_only_when_its_launches_are_the_plans_in_order():
+    """The report of a study's one ncu run is mapped to the plan launch by launch: a missing
+    launch, or a kernel other than the one planned there, sends the study to the per-variant
+    runs instead of mislabelling rows."""
+    kernel, _ = profile.read_report(REPORT)  # "sgemm_coalescing", as ncu names it
+    plan = ["sgemm_coalescing", "sgemm_naive"]
+    assert profile.out_of_order([kernel, "sgemm_naive"], plan) is None
+    assert profile.out_of_order(["void sgemm_naive(float *)"], ["sgemm_naive"]) is None
+    assert profile.out_of_order([kernel], plan) == "1 kernels profiled for 2 launches"
+    assert profile.out_of_order(["sgemm_naive", kernel], plan) == (
+        "launch 0 should be sgemm_coalescing, the report has sgemm_naive"
+    )
+    assert profile.out_of_order(["sgemm_coalescing_v2"], ["sgemm_coalescing"]) is not None

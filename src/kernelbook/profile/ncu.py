@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import re
 import shutil
 import sys
 import time
@@ -432,7 +433,18 @@ def profile_variant(
     return list(rows)
 
 
-STUDY_REPORT = STUDY_PROFILE_REPORT  # its report: <reports>/study.ncu-rep
+def out_of_order(kernels: list[str], planned: list[str]) -> str | None:
+    """Why a study run's report does not hold the planned launches in order (its kernel
+    names against the entries planned, launch by launch), or None where it does."""
+    if len(kernels) != len(planned):
+        return f"{len(kernels)} kernels profiled for {len(planned)} launches"
+    for i, (kernel, entry) in enumerate(zip(kernels, planned, strict=True)):
+        if not re.match(rf"^(void )?{re.escape(entry)}\b", kernel):
+            return f"launch {i} should be {entry}, the report has {kernel}"
+    return None
+
+
+STUDY_REPORT = STUDY_PROFILE_REPORT  # a study run's report: <reports>/study.ncu-rep
 
 
 def profile_study(
@@ -489,8 +501,10 @@ def profile_study(
             t1 = time.monotonic()
             each = read_report_each(Path(str(report) + ".ncu-rep"))
             share = ((t1 - t0) / launches, (time.monotonic() - t1) / launches)
-            if len(each) != launches:
-                raise ProfileError(f"{where}: {len(each)} kernels profiled for {launches} launches")
+            planned = [v.entry for _, v, _, todo in batch for _ in todo]
+            wrong = out_of_order([kernel for kernel, _ in each], planned)
+            if wrong:
+                raise ProfileError(f"{where}: {wrong}")
         except (ProfileError, ToolTimeout) as e:
             log(f"{where}: one ncu run for the study failed, each variant on its own now: {e}")
         else:
