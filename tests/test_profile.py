@@ -420,3 +420,24 @@ def test_a_study_run_is_read_only_when_its_launches_are_the_plans_in_order():
         "launch 0 should be sgemm_coalescing, the report has sgemm_naive"
     )
     assert profile.out_of_order(["sgemm_coalescing_v2"], ["sgemm_coalescing"]) is not None
+
+
+def test_a_study_sanitize_runs_only_plain_variants_together():
+    """What one compute-sanitizer process a tool may hold: variants with nothing to expect.
+    A negative control (expect), a variant with known findings, and one the bench found
+    failing run on their own, as does a lone plain variant."""
+    from types import SimpleNamespace
+
+    def v(vid, known=None):
+        return SimpleNamespace(id=vid, known_findings=known or {})
+
+    plain = [("a", v("a"), "a.cubin", {"N": 1}, None, None, None),
+             ("b", v("b"), "b.cubin", {"N": 1}, None, None, None)]  # fmt: skip
+    control = ("c", v("c"), "c.cubin", {"N": 1}, None, None, "race")
+    known = ("d", v("d", {"initcheck": "why"}), "d.cubin", {"N": 1}, None, None, None)
+    failed = ("e", v("e"), "e.cubin", {"N": 1}, None, ("wrong", "at 512"), None)
+    together, alone = sanitize.split_runs([*plain, control, known, failed])
+    assert [e[0] for e in together] == ["a", "b"]
+    assert [e[0] for e in alone] == ["c", "d", "e"]
+    together, alone = sanitize.split_runs([plain[0], control])
+    assert together == [] and [e[0] for e in alone] == ["a", "c"]

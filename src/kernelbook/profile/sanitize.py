@@ -214,6 +214,21 @@ def _row(project, study, variant, size, tool, f: Findings, code, verdict, facts,
     }
 
 
+def split_runs(entries) -> tuple[list, list]:
+    """(together, alone): the sanitize entries (job, variant, cubin, size, skip, failed,
+    expect) that run in one process a tool, and those that run on their own: a variant the
+    bench found failing (skip, failed), one whose findings are expected (a negative control)
+    or known. Fewer than two together gain nothing: then all run alone."""
+    together, alone = [], []
+    for e in entries:
+        _, variant, _, _, skip, failed, expect = e
+        plain = skip is None and failed is None and expect is None and not variant.known_findings
+        (together if plain else alone).append(e)
+    if len(together) < 2:
+        return [], together + alone
+    return together, alone
+
+
 def sanitize_study(
     project,
     study,
@@ -240,13 +255,7 @@ def sanitize_study(
     env = {**os.environ, gpu.SLOT_HELD_ENV: "1", "CUDA_VISIBLE_DEVICES": slot_uuid}
     timeout = tool_limit(project.settings, "sanitizer_s")
     padding = project.settings["sanitize"]["padding_bytes"]
-    together, alone = [], []
-    for e in entries:
-        job, variant, cubin, size, skip, failed, expect = e
-        plain = skip is None and failed is None and expect is None and not variant.known_findings
-        (together if plain else alone).append(e)
-    if len(together) < 2:
-        alone, together = together + alone, []
+    together, alone = split_runs(entries)
 
     def study_run(tool, plan) -> bool:
         """Whether ``tool`` ran the whole plan and found nothing."""
