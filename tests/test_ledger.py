@@ -49,6 +49,12 @@ def test_job_label_leaves_out_options_and_the_settings():
     argv = ["--settings", '{"a": 1}', "bench", "sgemm", "01_naive", "--cubin", "x.cubin",
             "--record-failure", "--out", "t.parquet"]  # fmt: skip
     assert gpu.job_label(argv) == "bench sgemm 01_naive"
+    # a study's one job, and a tune space's: flags take no value
+    argv = ["--settings", "{}", "profile", "sgemm", "--all", "--build-dir", "results/build/sgemm",
+            "--out", "p.parquet"]  # fmt: skip
+    assert gpu.job_label(argv) == "profile sgemm"
+    argv = ["bench", "sgemm", "14_triton", "--candidates", "--build-dir", "b", "--out", "t"]
+    assert gpu.job_label(argv) == "bench sgemm 14_triton"
 
 
 def test_a_process_that_held_a_gpu_appends_its_hold_at_exit(tmp_path):

@@ -297,6 +297,11 @@ def hold_begins(uuid: str, shared: bool) -> None:
     _HOLD = (uuid, "shared" if shared else "exclusive", time.time())
 
 
+# The options of the GPU verbs that take no value (the ledger's job label skips the others'
+# values along with them)
+FLAGS = frozenset({"--record-failure", "--tolerate-failure", "--candidates", "--all", "--exact"})
+
+
 def job_label(argv) -> str:
     """The job a command line runs, in a few words: its verb, study and variant (options
     and their values left out; --settings carries the whole config)."""
@@ -305,7 +310,7 @@ def job_label(argv) -> str:
         if skip:
             skip = False
         elif a.startswith("-"):
-            skip = "=" not in a and a not in ("--record-failure",)
+            skip = "=" not in a and a not in FLAGS
         else:
             words.append(a)
     return " ".join(words[:3])
