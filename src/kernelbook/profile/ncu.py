@@ -462,7 +462,8 @@ def profile_study(
 
     The launch helper runs every entry's sizes in turn from a launch plan, and ncu profiles
     each launch of the variants' named kernels (``study.ncu-rep``: action i is launch i):
-    one start-up of ncu, Python and CUDA for the study instead of one a variant. Should that
+    one start-up of ncu, Python and CUDA for the study instead of one a variant, within
+    timeouts.ncu_s for each variant it holds. Should that
     run fail (a kernel that faults under replay, a report that does not hold one kernel a
     launch), every variant is profiled on its own (profile_variant: its sizes in one process,
     then each size alone), so that a failure is one variant's, then one size's. A torch
@@ -496,8 +497,9 @@ def profile_study(
         entry_names = [v.entry for _, v, _, _ in batch]
         try:
             t0 = time.monotonic()
+            # each variant keeps its own allowance (timeouts.ncu_s a variant)
             run_ncu(entry_names, report, plan_command(project, study, plan), study.profile,
-                    where, env, timeout, launches)  # fmt: skip
+                    where, env, timeout * len(batch), launches)  # fmt: skip
             t1 = time.monotonic()
             each = read_report_each(Path(str(report) + ".ncu-rep"))
             share = ((t1 - t0) / launches, (time.monotonic() - t1) / launches)

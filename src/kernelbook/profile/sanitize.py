@@ -240,7 +240,8 @@ def sanitize_study(
     """Each tool on a study's variants in one process (the launch helper runs a plan of every
     variant at its sanitize size, --exact): ``entries`` are (job, variant, cubin, size, skip,
     failed, expect), as sanitize_variant takes them, ``job`` the declared variant each row is
-    labelled with. A tool that finds nothing there, and exits 0, is clean for every variant
+    labelled with; that process has timeouts.sanitizer_s for each variant it holds. A tool
+    that finds nothing there, and exits 0, is clean for every variant
     of the run; one that finds anything, fails or runs past its limit is run again on each
     variant alone (sanitize_variant), so that each finding is its variant's. Variants whose
     findings are expected or known, or that the bench found failing, always run alone."""
@@ -263,8 +264,9 @@ def sanitize_study(
         cmd = sanitizer_command(sanitizer_exe(), tool, launch, padding)
         what = f"{study.name}: {tool} on {len(together)} variants"
         try:
-            proc = run_tool(cmd, timeout=timeout, what=what, setting="timeouts.sanitizer_s",
-                            env=env)  # fmt: skip
+            # each variant keeps its own allowance (timeouts.sanitizer_s a variant)
+            proc = run_tool(cmd, timeout=timeout * len(together), what=what,
+                            setting="timeouts.sanitizer_s a variant", env=env)  # fmt: skip
             found = parse(tool, proc.stdout + proc.stderr)
         except (ToolTimeout, SanitizeError) as e:
             log(f"{what}: {e}: each variant on its own now")
