@@ -106,8 +106,8 @@ def test_workers_that_cannot_run_anything_end_the_bench_in_one_error(monkeypatch
 
     monkeypatch.setattr(job, "_plain_rows", dies)
     items = [(V(n), BuildInfo(Path(f"{n}.cubin"), "13.0", "-O3")) for n in ("a", "b")]
-    with pytest.raises(job.gpu.NoGpu, match="demo/a: the bench's worker process was killed by "
-                       "signal 9, a second time"):  # fmt: skip
+    with pytest.raises(job.gpu.NoGpu, match=r"demo/a: the bench's worker process was killed "
+                       r"by signal 9 while only recording it as failed \(crash\)"):  # fmt: skip
         job._run_in_workers(None, Study(), items, None, SLOT, True)
 
 

@@ -182,10 +182,10 @@ def _run_in_workers(project, study, items, sizes, slot, record_failure):
         v, info = rest[0]
         if status != 0 or not done:  # it died running rest[0]: its failed rows, then the rest
             why = f"the bench's worker process {_died(status)}"
-            if info.failed:  # it died again, before running anything: no worker can run
+            if info.failed:  # it died with nothing to run, only rows to write: none can run
                 raise gpu.NoGpu(
-                    f"{study.name}/{v.id}: {why}, a second time, before it ran anything: this "
-                    "GPU cannot run the bench (see the log above)"
+                    f"{study.name}/{v.id}: {why} while only recording it as failed "
+                    f"({info.failed_kind}): this GPU cannot run the bench (see the log above)"
                 )
             _eprint(f"{study.name}/{v.id}: {why}: recorded as failed (crash)")
             rest[0] = (v, replace(info, failed=why, failed_kind="crash"))
