@@ -143,14 +143,24 @@ def cmd_launch(args) -> int:
     )
 
 
-def _several_only(args, verb: str) -> None:
-    """Several variants (or --all) take their builds and tables from folders only."""
+def _several(args, verb: str):
+    """(project, study, variants; None for --all) where the command names several variants
+    or --all, which take their builds and tables from folders only; None where it names one
+    (then ``args.variant`` is that one)."""
+    if not (args.all or len(args.variant) > 1):
+        if not args.variant:
+            raise cfg.ConfigError(f"{verb}: name a variant, or --all for every one of the study")
+        args.variant = args.variant[0]
+        return None
     if (args.all and args.variant) or args.cubin or args.tuned_table or args.bench_table:
         raise cfg.ConfigError(
             f"{verb} of several variants (or --all): their builds, bench and tuned tables "
             "from --build-dir, --bench-dir and --tuned-dir (not --cubin, --tuned-table or "
             "--bench-table; not --all and variants)"
         )
+    project = _project(args)
+    study = _load_study(args, project, args.study)
+    return project, study, [study.variant(v) for v in args.variant] if args.variant else None
 
 
 def cmd_profile(args) -> int:
@@ -160,18 +170,13 @@ def cmd_profile(args) -> int:
 
     from kernelbook.profile.job import profile_job, profile_study_job, quick_sizes
 
-    if args.all or len(args.variant) > 1:
-        _several_only(args, "profile")
-        project = _project(args)
-        study = _load_study(args, project, args.study)
-        variants = [study.variant(v) for v in args.variant] if args.variant else None
+    several = _several(args, "profile")
+    if several:
+        project, study, variants = several
         return profile_study_job(
             project, study, args.out, args.reports, args.build_dir, args.bench_dir,
             args.tuned_dir, _sizes(args), variants,
         )  # fmt: skip
-    if not args.variant:
-        raise cfg.ConfigError("profile: name a variant, or --all for every one of the study")
-    args.variant = args.variant[0]
     project, study, variant = _study_variant(args)
     sizes = quick_sizes(study, variant, _sizes(args), args.build_dir)
     own_build = args.build_dir is None and args.cubin is None
@@ -191,17 +196,12 @@ def cmd_profile(args) -> int:
 def cmd_sanitize(args) -> int:
     from kernelbook.profile.job import sanitize_job, sanitize_study_job
 
-    if args.all or len(args.variant) > 1:
-        _several_only(args, "sanitize")
-        project = _project(args)
-        study = _load_study(args, project, args.study)
-        variants = [study.variant(v) for v in args.variant] if args.variant else None
+    several = _several(args, "sanitize")
+    if several:
+        project, study, variants = several
         return sanitize_study_job(
             project, study, args.out, args.build_dir, args.bench_dir, args.tuned_dir, variants
         )
-    if not args.variant:
-        raise cfg.ConfigError("sanitize: name a variant, or --all for every one of the study")
-    args.variant = args.variant[0]
     project, study, variant = _study_variant(args)
     return sanitize_job(
         project, study, variant, args.out, args.build_dir,

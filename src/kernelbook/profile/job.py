@@ -83,16 +83,27 @@ def profile_job(
 ) -> int:  # fmt: skip
     """ncu on ``variant`` at the study's profile sizes, or at ``sizes`` (quick_sizes)."""
     failed = bench_failures(bench_table)
+    sizes = list(sizes or study.profile_sizes)
+
+    def run(uuid):
+        rows = []
+        for r, path, run_sizes in targets(study, variant, sizes, build_dir, cubin, tuned_table):
+            part = ncu.profile_variant(
+                project, study, r, path, run_sizes, Path(reports), uuid, skip=failed
+            )
+            rows += [{**x, "variant": variant.id} for x in part]
+        return rows
+
+    return _profile_and_write(study, out, reports, run)
+
+
+def _profile_and_write(study: Study, out, reports, run) -> int:
+    """A profile job's GPU part, ``run(gpu uuid) -> rows``, under the GPU's lock (ncu's
+    version asked before it is taken), then its table written without it."""
     ncu.ncu_version()  # a process of its own, asked before the GPU is taken
     slot = gpu.acquire_slot(preload=())
-    rows = []
-    sizes = list(sizes or study.profile_sizes)
     Path(reports).mkdir(parents=True, exist_ok=True)  # the rule's output, even if none ran
-    for run, path, run_sizes in targets(study, variant, sizes, build_dir, cubin, tuned_table):
-        part = ncu.profile_variant(
-            project, study, run, path, run_sizes, Path(reports), slot.uuid, skip=failed
-        )
-        rows += [{**r, "variant": variant.id} for r in part]
+    rows = run(slot.uuid)
     gpu.release_slot(slot)  # ncu's processes are gone: the rows are written without the GPU
     rows = [{**r, "job_startup_s": slot.startup_s, "job_wait_s": slot.wait_s} for r in rows]
     tables.write(rows or _empty("profile", study), out, "profile", study.size_names)
@@ -118,54 +129,59 @@ def profile_study_job(
     entries = []
     for v, table, failed in _study_entries(study, variants, bench_dir, tuned_dir, build_dir,
                                           "profile"):  # fmt: skip
-        if v.is_tuned:
-            runs = targets(study, v, sizes, build_dir, tuned_table=table)
-        else:
-            runs = targets(study, v, sizes, build_dir)
+        runs = targets(study, v, sizes, build_dir, tuned_table=table)  # a plain one: its cubin
         entries += [(v.id, run, path, run_sizes, failed) for run, path, run_sizes in runs]
-    ncu.ncu_version()  # a process of its own, asked before the GPU is taken
-    slot = gpu.acquire_slot(preload=())
-    Path(reports).mkdir(parents=True, exist_ok=True)
-    rows = ncu.profile_study(project, study, entries, Path(reports), slot.uuid)
-    gpu.release_slot(slot)  # ncu's processes are gone: the rows are written without the GPU
-    rows = [{**r, "job_startup_s": slot.startup_s, "job_wait_s": slot.wait_s} for r in rows]
-    tables.write(rows or _empty("profile", study), out, "profile", study.size_names)
-    return 0
+    return _profile_and_write(
+        study, out, reports,
+        lambda uuid: ncu.profile_study(project, study, entries, Path(reports), uuid),
+    )  # fmt: skip
 
 
 def sanitize_job(
     project: Project, study: Study, variant: Variant, out, build_dir,
     cubin=None, tuned_table=None, bench_table=None,
 ) -> int:  # fmt: skip
-    failed = bench_failures(bench_table)
+    entries = _sanitize_entries(
+        study, variant, bench_failures(bench_table), build_dir, cubin, tuned_table
+    )
+    return _sanitize_and_write(project, study, entries, out)
+
+
+def _sanitize_entries(study: Study, variant: Variant, failed, build_dir, cubin=None,
+                      tuned_table=None) -> list[tuple]:  # fmt: skip
+    """sanitize.sanitize_study's entries for ``variant``: its cubin (a tuned variant's winner
+    at the headline) at its sanitize size, with what its bench found failing (``failed``)."""
     lost = next(((k, r) for k, r in failed.values() if k in sanitize.NOT_RERUN), None)
     bad = next(iter(failed.values()), None)  # failed at some size: explained, not waited on
-    slot = gpu.acquire_slot(preload=(), shared=True)  # checks, times nothing: shared
     if variant.is_tuned:
         headline = study.headline or study.profile_sizes[0]
         runs = targets(study, variant, [headline], build_dir, cubin, tuned_table)
     else:
         runs = targets(study, variant, [], build_dir, cubin, tuned_table)
-    rows = []
+    entries = []
     for run, path, _ in runs:
         size = study.sanitize_size_for(run)
         if size is None:
             _eprint(f"{study.name}/{run.id}: no size it can run at; not sanitized")
             continue
-        part = sanitize.sanitize_variant(
-            project, study, run, path, size, slot.uuid,
-            tools=study.sanitize_tools, skip=lost, expect=variant.expect, failed=bad,
-        )  # fmt: skip
-        rows += [{**r, "variant": variant.id} for r in part]
+        entries.append((variant.id, run, path, size, lost, bad, variant.expect))
+    return entries
+
+
+def _sanitize_and_write(project: Project, study: Study, entries, out) -> int:
+    """compute-sanitizer on ``entries`` under the GPU's lock, taken shared (the tools check,
+    and time nothing), then the sanitizer table written without it."""
+    slot = gpu.acquire_slot(preload=(), shared=True)
+    rows = sanitize.sanitize_study(project, study, entries, slot.uuid, tools=study.sanitize_tools)
     gpu.release_slot(slot)  # compute-sanitizer's processes are gone
     tables.write(rows or _empty("sanitizer", study), out, "sanitizer", study.size_names)
     return 0
 
 
 def _study_entries(study: Study, variants, bench_dir, tuned_dir, build_dir, what: str):
-    """(variant, its runs from targets() at no size yet, the bench's failures) for each of
-    ``variants`` (None: the study's), their tables checked first: one ConfigError naming
-    what is missing, before the GPU is taken."""
+    """(variant, its bench or tuned table, the sizes its bench failed at) for each of
+    ``variants`` (None: the study's), the folders and tables checked first: one ConfigError
+    naming what is missing, before the GPU is taken."""
     variants = list(study.variants if variants is None else variants)
     need = {"--build-dir": build_dir, "--bench-dir": bench_dir}
     if any(v.is_tuned for v in variants):
@@ -194,24 +210,8 @@ def sanitize_study_job(
     entries = []
     for v, table, failed in _study_entries(study, variants, bench_dir, tuned_dir, build_dir,
                                           "sanitize"):  # fmt: skip
-        lost = next(((k, r) for k, r in failed.values() if k in sanitize.NOT_RERUN), None)
-        bad = next(iter(failed.values()), None)  # failed at some size: explained, not waited on
-        if v.is_tuned:
-            headline = study.headline or study.profile_sizes[0]
-            runs = targets(study, v, [headline], build_dir, tuned_table=table)
-        else:
-            runs = targets(study, v, [], build_dir)
-        for run, path, _ in runs:
-            size = study.sanitize_size_for(run)
-            if size is None:
-                _eprint(f"{study.name}/{run.id}: no size it can run at; not sanitized")
-                continue
-            entries.append((v.id, run, path, size, lost, bad, v.expect))
-    slot = gpu.acquire_slot(preload=(), shared=True)  # checks, times nothing: shared
-    rows = sanitize.sanitize_study(project, study, entries, slot.uuid, tools=study.sanitize_tools)
-    gpu.release_slot(slot)  # compute-sanitizer's processes are gone
-    tables.write(rows or _empty("sanitizer", study), out, "sanitizer", study.size_names)
-    return 0
+        entries += _sanitize_entries(study, v, failed, build_dir, tuned_table=table)
+    return _sanitize_and_write(project, study, entries, out)
 
 
 def roofline_job(study: Study, profile, out, measurements=None, device=None) -> int:

@@ -444,9 +444,6 @@ def out_of_order(kernels: list[str], planned: list[str]) -> str | None:
     return None
 
 
-STUDY_REPORT = STUDY_PROFILE_REPORT  # a study run's report: <reports>/study.ncu-rep
-
-
 def profile_study(
     project,
     study,
@@ -463,9 +460,9 @@ def profile_study(
     The launch helper runs every entry's sizes in turn from a launch plan, and ncu profiles
     each launch of the variants' named kernels (``study.ncu-rep``: action i is launch i):
     one start-up of ncu, Python and CUDA for the study instead of one a variant, within
-    timeouts.ncu_s for each variant it holds. Should that
-    run fail (a kernel that faults under replay, a report that does not hold one kernel a
-    launch), every variant is profiled on its own (profile_variant: its sizes in one process,
+    timeouts.ncu_s for each variant it holds. Should that run fail (a kernel that faults
+    under replay, a report that does not hold the planned kernel at each launch), every
+    variant is profiled on its own (profile_variant: its sizes in one process,
     then each size alone), so that a failure is one variant's, then one size's. A torch
     variant and a several-kernel one (their kernels are found by NVTX range, a process a
     size) always run on their own."""
@@ -475,7 +472,7 @@ def profile_study(
     facts, version, timeout, env = context
     report_dir.mkdir(parents=True, exist_ok=True)
     rows: list[dict] = []
-    batch = []  # (job, variant, cubin, todo, its rows)
+    batch = []  # (job, variant, cubin, todo): one ncu run for them all
     alone = []
     for job, variant, cubin, sizes, skip in entries:
         if by_range(variant):
@@ -488,10 +485,10 @@ def profile_study(
             batch.append((job, variant, cubin, todo))
     launches = sum(len(todo) for *_, todo in batch)
     if len(batch) > 1:
-        report = report_dir / STUDY_REPORT
+        report = report_dir / STUDY_PROFILE_REPORT
         where = f"{study.name}: {len(batch)} variants, {launches} launches"
         plan = write_plan(
-            report_dir / f"{STUDY_REPORT}.plan.json",
+            report_dir / f"{STUDY_PROFILE_REPORT}.plan.json",
             [(v.id, cubin, [label for _, label in todo]) for _, v, cubin, todo in batch],
         )
         entry_names = [v.entry for _, v, _, _ in batch]
@@ -511,12 +508,13 @@ def profile_study(
             log(f"{where}: one ncu run for the study failed, each variant on its own now: {e}")
         else:
             at = iter(each)
+            name = f"{report.name}.ncu-rep"
             for job, variant, _, todo in batch:
                 own = _Rows(_prov(project, study, variant, facts, version), log)
                 for s, label in todo:
                     kernel, metrics = next(at)
-                    own.metrics(s, label, kernel, metrics, f"{STUDY_REPORT}.ncu-rep", *share)
-                log(f"{study.name}/{variant.id}: {len(todo)} size(s) from {STUDY_REPORT}.ncu-rep")
+                    own.metrics(s, label, kernel, metrics, name, *share)
+                log(f"{study.name}/{variant.id}: {len(todo)} size(s) from {name}")
                 rows += [{**r, "variant": job} for r in own]
             batch = []
     for job, variant, cubin, todo in batch:  # on its own (no study run, or it failed)

@@ -241,8 +241,8 @@ def sanitize_study(
     variant at its sanitize size, --exact): ``entries`` are (job, variant, cubin, size, skip,
     failed, expect), as sanitize_variant takes them, ``job`` the declared variant each row is
     labelled with; that process has timeouts.sanitizer_s for each variant it holds. A tool
-    that finds nothing there, and exits 0, is clean for every variant
-    of the run; one that finds anything, fails or runs past its limit is run again on each
+    that finds nothing there, and exits 0, is clean for every variant of the run; one that
+    finds anything, fails or runs past its limit is run again on each
     variant alone (sanitize_variant), so that each finding is its variant's. Variants whose
     findings are expected or known, or that the bench found failing, always run alone."""
     import tempfile
