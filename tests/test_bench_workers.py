@@ -47,6 +47,8 @@ def stand_in(behaviour: dict[str, str], log: Path):
         what = behaviour.get(variant.id, "ok")
         if what == "die":
             os.kill(os.getpid(), signal.SIGKILL)
+        if what.startswith("raise"):  # an error of the bench's own code, not a kernel's
+            raise RuntimeError(f"the timer broke{what[5:]}")
         samples.append({"variant": variant.id, "ms": 1.0})
         if what in ("crash", "hang"):
             return [{"variant": variant.id, "status": "failed", "failure": what, "reason": what}]
@@ -95,6 +97,34 @@ def test_a_worker_that_dies_costs_its_variant_one_failed_row(monkeypatch, tmp_pa
     assert rows[1]["reason"] == "the bench's worker process was killed by signal 9"
     assert [c[1:] for c in calls] == [["a"], ["b"], ["b", "crash"], ["c"]]
     assert "demo/b: the bench's worker process was killed by signal 9" in capfd.readouterr().err
+
+
+def test_an_error_of_the_bench_itself_is_named_in_its_variants_failed_row(
+    monkeypatch, tmp_path, capfd
+):
+    """A worker that raises an error that is not a kernel's (the timer's, say): its variant's
+    failed row names that error, not only an exit status, and the next variant runs."""
+    rows, _, calls = run(monkeypatch, tmp_path, {"b": "raise"}, ["a", "b", "c"])
+    assert [(r["variant"], r["status"]) for r in rows] == [
+        ("a", "ok"), ("b", "failed"), ("c", "ok"),
+    ]  # fmt: skip
+    assert rows[1]["reason"] == (
+        "the bench's worker process exited with status 1, raising RuntimeError: the timer broke"
+    )
+    assert "Traceback" in capfd.readouterr().err  # the worker's traceback, in the job's log
+
+
+def test_the_same_error_of_the_bench_on_two_variants_in_a_row_ends_the_bench(monkeypatch, tmp_path):
+    """The same error raised running two variants one after another is the bench's, not
+    the kernels': one error naming it, not a failed row for every variant of a tune space;
+    different errors are each the variant's own."""
+    said = r"demo/c: the bench's worker raised RuntimeError: the timer broke on this variant"
+    with pytest.raises(job.TimingError, match=said):
+        run(monkeypatch, tmp_path, {"b": "raise", "c": "raise", "d": "raise"}, list("abcd"))
+    rows, _, _ = run(monkeypatch, tmp_path, {"b": "raise 1", "c": "raise 2"}, list("abcd"))
+    assert [r["status"] for r in rows] == ["ok", "failed", "failed", "ok"]
+    rows, _, _ = run(monkeypatch, tmp_path, {"b": "raise", "d": "raise"}, list("abcd"))
+    assert [r["status"] for r in rows] == ["ok", "failed", "ok", "failed"]
 
 
 def test_workers_that_cannot_run_anything_end_the_bench_in_one_error(monkeypatch, tmp_path):

@@ -87,8 +87,12 @@ class FakeCupti:
     class ActivityFlag(enum.IntEnum):
         FLUSH_FORCED = 1
 
+    class cuptiError(Exception):  # noqa: N801 - cupti-python's name
+        pass
+
     def __init__(self):
         self.enabled, self.stack, self.queue, self.flushes = [], [], [], []
+        self.refuse = set()  # callback ids this libcupti does not know (besides the bounds)
         self.callbacks = None
         self.corr = 1000
         self.ever = set()  # every kind ever enabled
@@ -115,6 +119,9 @@ class FakeCupti:
         cuFuncGetAttribute = 102
         cuEventQuery = 127
         cuEventRecord = 128
+        INVALID = 0  # the enum's bounds, as cupti-python has them: no call's id
+        SIZE = 800
+        FORCE_INT = 0x7FFFFFFF
 
     class runtime_api_trace_cbid(enum.IntEnum):
         cudaLaunchKernel_v7000 = 211
@@ -123,14 +130,22 @@ class FakeCupti:
         cudaGetDevice_v3020 = 17
         cudaStreamGetCaptureInfo_v10010 = 317
         cudaEventQuery_v3020 = 137
+        INVALID = 0
+        SIZE = 600
+        FORCE_INT = 0x7FFFFFFF
+
+    def _switch(self, api, table, cbid, enable):
+        if not 0 < cbid < table.SIZE or cbid in self.refuse:  # as libcupti answers
+            raise self.cuptiError("ERROR_INVALID_PARAMETER (1)")
+        self.api_off.append((api, cbid, enable))
 
     def activity_enable_driver_api(self, cbid, enable):
         assert self.ActivityKind.DRIVER in self.enabled, "the kind resets it: enable it first"
-        self.api_off.append(("driver", cbid, enable))
+        self._switch("driver", self.driver_api_trace_cbid, cbid, enable)
 
     def activity_enable_runtime_api(self, cbid, enable):
         assert self.ActivityKind.RUNTIME in self.enabled, "the kind resets it: enable it first"
-        self.api_off.append(("runtime", cbid, enable))
+        self._switch("runtime", self.runtime_api_trace_cbid, cbid, enable)
 
     def activity_push_external_correlation_id(self, kind, ext):
         self.stack.append((kind, ext))
@@ -209,6 +224,22 @@ def test_only_the_calls_that_put_work_on_the_gpu_make_records_while_recording():
     fake.api_off.clear()
     with clk.recording():  # again each time: enabling the kinds undid it
         assert len(fake.api_off) == n
+
+
+def test_a_callback_id_libcupti_refuses_keeps_its_records_and_is_not_asked_again():
+    """The enum's bounds are never switched (CUPTI refuses them); an id the host's libcupti
+    does not know is left recording, named in api_refused, and not asked for again."""
+    clk, fake = fake_clock(recording=False)
+    D = FakeCupti.driver_api_trace_cbid
+    fake.refuse = {int(D.cuFuncGetAttribute)}
+    with clk.recording():
+        off = {(api, int(cbid)) for api, cbid, enable in fake.api_off if not enable}
+    assert ("driver", int(D.cuFuncGetAttribute)) not in off
+    assert ("driver", int(D.cuCtxGetCurrent)) in off
+    assert clk.api_refused == [int(D.cuFuncGetAttribute)]
+    with clk.recording():  # asked once: the refused id is not tried again
+        pass
+    assert clk.api_refused == [int(D.cuFuncGetAttribute)]
 
 
 def test_the_quiet_mode_silences_only_the_waits_on_events(monkeypatch):

@@ -229,6 +229,8 @@ class Clock:
         self._recording = False
         self.api = api_mode()
         self._api_off = self._silenced(self.api)
+        self._error = getattr(c, "cuptiError", RuntimeError)
+        self.api_refused: list[int] = []  # callback ids this libcupti would not switch off
 
     # -- CUPTI's buffer callbacks (CUPTI's thread, or the flushing one) ------------------
     def _requested(self):
@@ -312,15 +314,28 @@ class Clock:
                 off = [int(getattr(ids, n)) for n in quiet if getattr(ids, n, None) is not None]
             else:  # launches: all but the calls that put work on the GPU
                 off = [int(v) for n, v in ids.__members__.items() if not WORK_API.search(n)]
+            # INVALID (0), SIZE and FORCE_INT are the enum's bounds, no call's id: CUPTI
+            # refuses them (ERROR_INVALID_PARAMETER)
+            size = getattr(ids, "SIZE", None)
+            off = [v for v in off if v > 0 and (size is None or v < int(size))]
             out.append((switch, sorted(set(off))))
         return out
 
     def _quiet(self) -> None:
         """No records for the API calls ``_silenced`` names (after the kinds are enabled:
-        enabling a kind resets its per-call settings)."""
-        for switch, ids in self._api_off:
+        enabling a kind resets its per-call settings). An id this libcupti refuses (one
+        newer than it, say) keeps its records, which only costs their parsing; it is
+        dropped from the list, and ``api_refused`` names it."""
+        for i, (switch, ids) in enumerate(self._api_off):
+            refused = []
             for cbid in ids:
-                switch(cbid, 0)
+                try:
+                    switch(cbid, 0)
+                except self._error:
+                    refused.append(cbid)
+            if refused:
+                self._api_off[i] = (switch, [c for c in ids if c not in refused])
+                self.api_refused += refused
 
     # -- the timer's side ---------------------------------------------------------------
     def next_tag(self) -> int:

@@ -169,11 +169,14 @@ def _run_in_workers(project, study, items, sizes, slot, record_failure):
     rows: list[dict] = []
     samples: list[dict] = []
     rest = list(items)
+    last_error = None  # the error the last worker died of, if it raised one
     while rest:
-        done, status = _worker(project, study, rest, sizes, slot, record_failure)
+        done, status, error = _worker(project, study, rest, sizes, slot, record_failure)
         for got, taken in done:
             rows += got
             samples += taken
+        if any(not info.failed for _, info in rest[: len(done)]):
+            last_error = None  # a variant ran to its end since that error
         rest = rest[len(done) :]
         if status != 0 and not record_failure:
             raise SystemExit(1)  # the worker said why (kernelbook: error: ...)
@@ -182,19 +185,31 @@ def _run_in_workers(project, study, items, sizes, slot, record_failure):
         v, info = rest[0]
         if status != 0 or not done:  # it died running rest[0]: its failed rows, then the rest
             why = f"the bench's worker process {_died(status)}"
+            if error:
+                why += f", raising {error}"
             if info.failed:  # it died with nothing to run, only rows to write: none can run
                 raise gpu.NoGpu(
                     f"{study.name}/{v.id}: {why} while only recording it as failed "
                     f"({info.failed_kind}): this GPU cannot run the bench (see the log above)"
                 )
+            if error and error == last_error:
+                # two variants, one after the other, running into the same error of the
+                # bench's own code (a kernel's failure the bench records itself): the bench
+                # is broken, not the kernels; one error rather than a failed row for each
+                raise TimingError(
+                    f"{study.name}/{v.id}: the bench's worker raised {error} on this variant "
+                    "and on the one before it: an error of the bench itself, not of a kernel "
+                    "(the traceback is in the log above)"
+                )
+            last_error = error
             _eprint(f"{study.name}/{v.id}: {why}: recorded as failed (crash)")
             rest[0] = (v, replace(info, failed=why, failed_kind="crash"))
-        else:
-            lost = done[-1][0]
-            _eprint(
-                f"{study.name}/{lost[-1]['variant']} lost the device ({lost[-1]['failure']}): "
-                "a fresh process runs " + ", ".join(x.id for x, _ in rest)
-            )
+            continue
+        lost = done[-1][0]
+        _eprint(
+            f"{study.name}/{lost[-1]['variant']} lost the device ({lost[-1]['failure']}): "
+            "a fresh process runs " + ", ".join(x.id for x, _ in rest)
+        )
     return rows, samples
 
 
@@ -212,7 +227,8 @@ _SAID = (ConfigError, nvcc.CompileError, KernelFailure, CheckError, TableError, 
 def _worker(project, study, items, sizes, slot, record_failure):
     """Fork a worker that benches ``items`` in turn, sending each variant's (rows, samples)
     back as it finishes, and leaving after a variant that lost the device; ([(rows,
-    samples), ...] of the variants it finished, its wait status)."""
+    samples), ...] of the variants it finished, its wait status, and the error it raised,
+    "Type: message", or None)."""
     import pickle
 
     sys.stdout.flush()
@@ -222,15 +238,15 @@ def _worker(project, study, items, sizes, slot, record_failure):
     if pid == 0:  # the worker: its own CUDA context, gone with it
         os.close(r)
         code = 0
+        pipe = os.fdopen(w, "wb")
         try:
-            with os.fdopen(w, "wb") as pipe:
-                for v, info in items:
-                    taken: list[dict] = []
-                    got = _plain_rows(project, study, v, info, sizes, slot, taken, record_failure)
-                    pickle.dump((got, taken), pipe)
-                    pipe.flush()
-                    if bench.device_lost(got) and not info.failed:
-                        break  # this process's device is gone: a fresh worker for the rest
+            for v, info in items:
+                taken: list[dict] = []
+                got = _plain_rows(project, study, v, info, sizes, slot, taken, record_failure)
+                pickle.dump((got, taken), pipe)
+                pipe.flush()
+                if bench.device_lost(got) and not info.failed:
+                    break  # this process's device is gone: a fresh worker for the rest
         except BaseException as e:  # noqa: BLE001 - a worker reports, then leaves
             code = 1
             if isinstance(e, _SAID):
@@ -239,22 +255,31 @@ def _worker(project, study, items, sizes, slot, record_failure):
                 import traceback
 
                 traceback.print_exc()
+            try:  # the error, for the variant's failed row
+                pickle.dump({"error": f"{type(e).__name__}: {e}"[:500]}, pipe)
+                pipe.flush()
+            except Exception:  # noqa: BLE001, S110 - a broken pipe: the status says it died
+                pass
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(code)  # no clean-up that waits on a lost device; the lock is the parent's
     os.close(w)
-    done = []
+    done, error = [], None
     with os.fdopen(r, "rb") as pipe:
         while True:
             try:
-                done.append(pickle.load(pipe))
+                got = pickle.load(pipe)
             except EOFError:
                 break
             except pickle.UnpicklingError:
                 break  # a torn message: the worker died writing it
+            if isinstance(got, dict):
+                error = got["error"]
+            else:
+                done.append(got)
     _, status = os.waitpid(pid, 0)
-    return done, status
+    return done, status, error
 
 
 def _tuned_job(
