@@ -637,6 +637,15 @@ def test_a_tune_space_is_benched_in_one_job_then_its_winners_picked(tmp_path):
     assert len(picks) == len(v.tune_sizes) and set(picks["tuned_from"]) <= set(v.candidates)
 
 
+def _naive_ffma(r) -> bool:
+    """The FFMA count of a naive SGEMM kernel (01_naive, 02_coalescing) as ncu reports it:
+    one a multiply-add of the K loop, plus one an output for the epilogue (alpha * acc +
+    beta * C: an FMUL and an FFMA), M·N·(K+1); within 0.1 % (at K = 64 the epilogue alone
+    is 1.6 %)."""
+    want = r["M"] * r["N"] * (r["K"] + 1)
+    return abs(r["value"] / want - 1) < 1e-3
+
+
 def _compile(tmp_path, study, variant, settings=None):
     cubin = tmp_path / "build" / variant / "kernel.cubin"
     kb("compile", study, variant, "--cubin", str(cubin), settings=settings)
@@ -650,7 +659,9 @@ def _no_failures(folder: Path, study: str, variants) -> Path:
 
     from kernelbook import config
 
-    sizes = config.load_project_file(ROOT / "config" / "config.yaml").study(study).size_names
+    configfile = ROOT / "config" / "config.yaml"
+    project = config.load_project_file(configfile, overrides={"studies": [study]})
+    sizes = project.study(study).size_names
     names = tables.schema("measurements", sizes).names
     for v in variants:
         tables.write(pd.DataFrame(columns=names), folder / f"{v}.parquet", "measurements", sizes)
@@ -675,7 +686,7 @@ def test_a_study_profile_runs_its_variants_in_one_ncu_process(tmp_path):
         (v, z) for v in run for z in ("256x256x256", "512x512x512")
     ]
     for _, r in ffma.iterrows():
-        assert abs(r["value"] / (r["M"] * r["N"] * r["K"]) - 1) < 0.01, r
+        assert _naive_ffma(r), r
     assert set(df["report"].dropna()) == {"study.ncu-rep"} and (reports / "study.ncu-rep").is_file()
     spent = profile_time(df)
     assert spent["jobs"] == 1 and spent["processes"] == 1 and spent["sizes"] == 4
@@ -742,8 +753,8 @@ def test_profile_counts_the_gemm_ffmas(tmp_path, variant):
     df = tables.read(out)
     assert list((tmp_path / "reports").glob("*.ncu-rep")), "the .ncu-rep is kept"
     row = df[df["metric"] == "sm__sass_thread_inst_executed_op_ffma_pred_on.sum"].iloc[0]
+    assert _naive_ffma(row), row
     mnk = row["M"] * row["N"] * row["K"]
-    assert abs(row["value"] / mnk - 1) < 0.01, (row["value"], mnk)
     assert (df["clock_control"] == "none").all()
     # the roofline derivation counts 2 FLOP per FFMA
     roof = tmp_path / "roofline.parquet"
@@ -764,7 +775,7 @@ def test_quick_profile_at_any_size_compiles_the_variant_itself(tmp_path):
     ffma = df[df["metric"] == "sm__sass_thread_inst_executed_op_ffma_pred_on.sum"]
     assert sorted(ffma["size"]) == ["128x128x128", "256x128x64"]
     for _, r in ffma.iterrows():
-        assert abs(r["value"] / (r["M"] * r["N"] * r["K"]) - 1) < 0.01, r
+        assert _naive_ffma(r), r
 
 
 CONTROLS = {"studies": ["controls"]}
