@@ -141,7 +141,21 @@ int main(int argc, char** argv) {
   const float* B = slurp(argv[11], (size_t)K * N);
   const size_t nc = (size_t)M * N + 2 * guard;
   float* C = slurp(argv[12], nc);
+#ifdef WORKSPACE
+  // argv[14]: the workspace's bytes, zeroed once (as the launcher does); the kernel runs twice
+  // on it, each time on C as given: argv[12] gets the second run's C, argv[15] the first's,
+  // argv[16] the workspace after both
+  const size_t wbytes = atol(argv[14]);
+  unsigned char* ws = (unsigned char*)calloc(wbytes, 1);
+  float* C1 = (float*)malloc(nc * 4);
+  memcpy(C1, C, nc * 4);
+  emu_launch(grid, block, [=] { KERNEL(M, N, K, alpha, A, B, beta, C1 + guard, ws); });
+  std::ofstream(argv[15], std::ios::binary).write((const char*)C1, nc * 4);
+  emu_launch(grid, block, [=] { KERNEL(M, N, K, alpha, A, B, beta, C + guard, ws); });
+  std::ofstream(argv[16], std::ios::binary).write((const char*)ws, wbytes);
+#else
   emu_launch(grid, block, [=] { KERNEL(M, N, K, alpha, A, B, beta, C + guard); });
+#endif
   std::ofstream(argv[12], std::ios::binary).write((const char*)C, nc * 4);
   return 0;
 }
@@ -175,44 +189,99 @@ def emu_dir(tmp_path_factory):
     return d
 
 
-@pytest.mark.parametrize("vid", _emulated_variants())
-def test_sgemm_runs_correctly_on_the_cpu_emulator(emu_dir, vid):
-    v = SGEMM.variant(vid)
-    exe = emu_dir / vid
+def _emu_exe(emu_dir, v):
+    exe = emu_dir / v.id
+    if exe.exists():
+        return exe
     cmd = ["g++", "-std=c++20", "-O1", "-pthread", "-w", f"-I{emu_dir}"]
     cmd += [f'-DKFILE="{REPO / v.source}"', f"-DKERNEL={v.entry}"]
+    cmd += ["-DWORKSPACE=1"] if v.workspace else []
     cmd += [f"-D{k}={x}" for k, x in v.defines.items()]
     proc = subprocess.run(
         [*cmd, str(emu_dir / "driver.cpp"), "-o", str(exe)], capture_output=True, text=True
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    return exe
+
+
+def _emulate(emu_dir, v, sizes, sm_count=None):
+    """(C as the kernel left it, C0 as given, the float64 reference, and for a variant with
+    a workspace the first of its two runs' C and the workspace after both)"""
+    M, N, K = sizes["M"], sizes["N"], sizes["K"]
     alpha, beta = 1.25, 0.75
+    rng = np.random.default_rng(M * 7919 + N * 31 + K)
+    A = rng.standard_normal((M, K)).astype(np.float32)
+    B = rng.standard_normal((K, N)).astype(np.float32)
+    C0 = rng.standard_normal(M * N + 2 * GUARD).astype(np.float32)
+    (emu_dir / "A.bin").write_bytes(A.tobytes())
+    (emu_dir / "B.bin").write_bytes(B.tobytes())
+    (emu_dir / "C.bin").write_bytes(C0.tobytes())
+    launch = v.launch(sizes, sm_count=sm_count)
+    args = [M, N, K, alpha, beta, *launch.grid[:2], *launch.block[:2]]
+    args += [emu_dir / "A.bin", emu_dir / "B.bin", emu_dir / "C.bin", GUARD]
+    if v.workspace:
+        args += [v.workspace_bytes(sizes), emu_dir / "C1.bin", emu_dir / "ws.bin"]
+    proc = subprocess.run(
+        [str(_emu_exe(emu_dir, v)), *map(str, args)], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, f"{v.id} at {sizes}, grid {launch.grid}: {proc.stderr}"
+    C = np.frombuffer((emu_dir / "C.bin").read_bytes(), dtype=np.float32)
+    ref = alpha * (A.astype(np.float64) @ B.astype(np.float64))
+    ref += beta * C0[GUARD:-GUARD].astype(np.float64).reshape(M, N)
+    extra = None
+    if v.workspace:
+        C1 = np.frombuffer((emu_dir / "C1.bin").read_bytes(), dtype=np.float32)
+        extra = (C1, np.frombuffer((emu_dir / "ws.bin").read_bytes(), dtype=np.uint8))
+    return C, C0, ref, extra
+
+
+def _check_c(vid, sizes, C, C0, ref):
+    M, N = sizes["M"], sizes["N"]
+    assert np.array_equal(C[:GUARD], C0[:GUARD]), f"{vid} at {sizes}: wrote before C"
+    assert np.array_equal(C[-GUARD:], C0[-GUARD:]), f"{vid} at {sizes}: wrote past C"
+    got = C[GUARD:-GUARD].reshape(M, N)
+    rel = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+    assert rel < 1e-5, f"{vid} at {sizes}: rel err {rel:.2e}"
+
+
+@pytest.mark.parametrize("vid", _emulated_variants())
+def test_sgemm_runs_correctly_on_the_cpu_emulator(emu_dir, vid):
+    v = SGEMM.variant(vid)
     ran = 0
     for M, N, K in EMULATED:
         sizes = {"M": M, "N": N, "K": K}
         if v.unmet(sizes):
             continue
-        rng = np.random.default_rng(M * 7919 + N * 31 + K)
-        A = rng.standard_normal((M, K)).astype(np.float32)
-        B = rng.standard_normal((K, N)).astype(np.float32)
-        C0 = rng.standard_normal(M * N + 2 * GUARD).astype(np.float32)
-        (emu_dir / "A.bin").write_bytes(A.tobytes())
-        (emu_dir / "B.bin").write_bytes(B.tobytes())
-        (emu_dir / "C.bin").write_bytes(C0.tobytes())
-        launch = v.launch(sizes)
-        args = [M, N, K, alpha, beta, *launch.grid[:2], *launch.block[:2]]
-        args += [emu_dir / "A.bin", emu_dir / "B.bin", emu_dir / "C.bin", GUARD]
-        proc = subprocess.run(
-            [str(exe), *map(str, args)], capture_output=True, text=True, timeout=300
-        )
-        assert proc.returncode == 0, proc.stderr
-        C = np.frombuffer((emu_dir / "C.bin").read_bytes(), dtype=np.float32)
-        assert np.array_equal(C[:GUARD], C0[:GUARD]), f"{vid} at {sizes}: wrote before C"
-        assert np.array_equal(C[-GUARD:], C0[-GUARD:]), f"{vid} at {sizes}: wrote past C"
-        ref = alpha * (A.astype(np.float64) @ B.astype(np.float64))
-        ref += beta * C0[GUARD:-GUARD].astype(np.float64).reshape(M, N)
-        got = C[GUARD:-GUARD].reshape(M, N)
-        rel = np.linalg.norm(got - ref) / np.linalg.norm(ref)
-        assert rel < 1e-5, f"{vid} at {sizes}: rel err {rel:.2e}"
+        C, C0, ref, _ = _emulate(emu_dir, v, sizes)
+        _check_c(vid, sizes, C, C0, ref)
         ran += 1
     assert ran >= 2, f"{vid}: fewer than two emulated shapes meet its requires"
+
+
+@pytest.mark.parametrize("sm_count", [1, 2, 3])
+def test_stream_k_splits_tiles_across_blocks_and_leaves_its_flags_down(emu_dir, sm_count):
+    """15_stream_k on a GPU of 1 to 3 SMs (4 to 12 stream-K blocks), so that its tiles are
+    split over several blocks in every way: rows of whole tiles then a stream-K row, and all
+    stream-K (fewer tiles than blocks). Each shape is right, the same bits on a second launch
+    over the same workspace (the sums are added in a fixed order), and every flag is down
+    after it (the next launch finds them as the first did). The emulator runs blocks in
+    order and aborts where a block would wait on a flag no earlier block raised."""
+    v = SGEMM.variant("15_stream_k")
+    d = v.defines
+    shapes = [(257, 260, 36), (130, 132, 68), (64, 128, 160), (33, 35, 17), (400, 520, 40)]
+    kinds = set()
+    for M, N, K in shapes:
+        sizes = {"M": M, "N": N, "K": K}
+        if v.unmet(sizes):
+            continue
+        grid = v.launch(sizes, sm_count=sm_count).grid
+        tiles = -(-M // d["BM"]) * -(-N // d["BN"])
+        sk_tiles = tiles - (grid[1] - 1) * grid[0]
+        kinds.add("rows and stream-K" if grid[1] > 1 else "stream-K only")
+        split = sk_tiles * -(-K // d["BK"]) % grid[0] != 0 or grid[0] > sk_tiles
+        C, C0, ref, (C1, ws) = _emulate(emu_dir, v, sizes, sm_count)
+        _check_c(v.id, sizes, C, C0, ref)
+        assert np.array_equal(C, C1), f"{sizes}: a second launch gave other bits"
+        flags = ws[d["MAX_SK"] * d["BM"] * d["BN"] * 4 :]
+        assert not flags.any(), f"{sizes} (grid {grid}, split {split}): flags left up"
+    assert kinds == {"rows and stream-K", "stream-K only"}, kinds

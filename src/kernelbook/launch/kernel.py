@@ -186,10 +186,10 @@ def kernel_launcher(kernel: Kernel, study: Study, variant: Variant, sizes, case)
                     f"{where}: cannot allow {one.smem} bytes of dynamic shared memory: {e}"
                 ) from None
     workspace = None
-    if variant.workspace:  # a scratch buffer after the problem's arguments
+    if variant.workspace:  # a scratch buffer after the problem's arguments, zeroed once
         import cupy as cp
 
-        workspace = cp.empty(max(1, variant.workspace_bytes(sizes)), dtype=cp.uint8)
+        workspace = cp.zeros(max(1, variant.workspace_bytes(sizes)), dtype=cp.uint8)
         args = (*args, workspace)
     if len(pairs) == 1:  # the common case without the loop: less host time per launch
         fn = kernel.fn
