@@ -167,7 +167,31 @@ def test_a_missed_target_quotes_the_profile_of_the_closest_variant(tmp_path):
     assert f"**Missed: % of cuBLAS >= {fmt(t['min'])} at {t['size']}.**" in section
     assert f"issue slots {fmt(issue, 3)} %" in section
     assert "largest stalls (warps an issue)" in section
+    # the launch's shape: a partial last wave is part of what a missed target shows
+    at = prof[(prof["variant"] == "10_warptiling") & (prof["size"] == t["size"])]
+    val = dict(zip(at["metric"], at["value"], strict=False))
+    waves, blocks = val["launch__waves_per_multiprocessor"], val["launch__grid_size"]
+    assert f"launch: {fmt(blocks)} blocks, " in section
+    assert f"{fmt(waves, 3)} waves (the last {fmt(100 * (waves % 1), 2)} % full)" in section
     assert "Target **missed**" in "\n".join(_section(md, "## Read this first"))
+
+
+def test_the_launch_text_names_blocks_residency_and_the_last_waves_fill():
+    from kernelbook.report.targets import launch_text
+
+    val = {
+        "launch__grid_size": 2048.0,
+        "launch__waves_per_multiprocessor": 2048 / 528,
+        "launch__occupancy_limit_registers": 4.0,
+        "launch__occupancy_limit_shared_mem": 10.0,
+        "launch__occupancy_limit_warps": 16.0,
+    }
+    assert launch_text(val) == (
+        "launch: 2048 blocks, 4 resident an SM, 3.88 waves (the last 88 % full)"
+    )
+    assert launch_text({**val, "launch__waves_per_multiprocessor": 4.0}).endswith("4 waves")
+    assert launch_text({**val, "launch__waves_per_multiprocessor": 0.25}).endswith("0.25 waves")
+    assert launch_text({"launch__grid_size": 1.0}) is None
 
 
 def test_render_from_the_config_changes_the_page_not_the_numbers(tmp_path):
@@ -178,6 +202,10 @@ def test_render_from_the_config_changes_the_page_not_the_numbers(tmp_path):
     path = root / "config" / "studies" / "sgemm.yaml"
     data = yaml.safe_load(path.read_text())
     data["targets"] = [{"metric": "pct_of_baseline", "min": 50, "says": "a lower bar"}]
+    # the config's variants that the page measured (one added since is a stale page's)
+    page_meta = json.loads((root / "worklogs" / GPU / "sgemm" / "data" / "study.json").read_text())
+    measured = {v["id"] for v in page_meta["variants"]}
+    data["variants"] = [v for v in data["variants"] if v["id"] in measured]
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     before = (root / "worklogs" / GPU / "sgemm" / "data" / "measurements.parquet").read_bytes()
     proc = kernelbook_cli(root, "render", "--study-config", f"{GPU}/sgemm")

@@ -68,8 +68,9 @@ def evaluate(data: StudyData) -> list[dict]:
 
 
 def profile_digest(data: StudyData, variant: str, size: str) -> str | None:
-    """What ncu saw of ``variant`` at ``size``: how busy the issue slots, pipes and DRAM were,
-    and its largest stall reasons (warps an issue); None where it was not profiled there."""
+    """What ncu saw of ``variant`` at ``size``: its launch's blocks and waves, how busy the
+    issue slots, pipes and DRAM were, and its largest stall reasons (warps an issue); None
+    where it was not profiled there."""
     prof = data.table("profile")
     if prof is None or prof.empty:
         return None
@@ -85,6 +86,9 @@ def profile_digest(data: StudyData, variant: str, size: str) -> str | None:
     }
     top = sorted(stalls.items(), key=lambda kv: -kv[1])[:4]
     parts = []
+    launch = launch_text(val)
+    if launch:
+        parts.append(launch)
     if busy:
         parts.append("busy: " + ", ".join(busy))
     if top:
@@ -93,6 +97,26 @@ def profile_digest(data: StudyData, variant: str, size: str) -> str | None:
             + ", ".join(f"{k.replace('_', ' ')} {fmt(v, 3)}" for k, v in top)
         )
     return "; ".join(parts) if parts else None
+
+
+def launch_text(val: dict) -> str | None:
+    """The launch's shape as ncu saw it: blocks, blocks resident an SM (the tightest of its
+    occupancy limits), and waves, with how full the last one is where it is partial (a grid of
+    3.88 waves leaves 12 % of the resident slots idle for the last one); None without them."""
+    blocks = as_float(val.get("launch__grid_size"))
+    waves = as_float(val.get("launch__waves_per_multiprocessor"))
+    if not blocks or waves is None:
+        return None
+    limits = [as_float(v) for m, v in val.items() if m.startswith("launch__occupancy_limit_")]
+    limits = [x for x in limits if x]
+    text = f"launch: {fmt(blocks)} blocks"
+    if limits:
+        text += f", {fmt(min(limits))} resident an SM"
+    text += f", {fmt(waves, 3)} waves"
+    last = waves - int(waves)
+    if waves > 1 and 1e-3 < last < 0.999:
+        text += f" (the last {fmt(100 * last, 2)} % full)"
+    return text
 
 
 def ncu_rate_text(data: StudyData, t: dict) -> str:
