@@ -140,8 +140,10 @@ def bench_variants(
     and the next one runs; after a crash or a hang the worker's device is gone, so it leaves
     (its context, and a hung kernel with it, goes with the process) and a fresh worker runs
     the rest. A worker that dies outright (a signal, an error that is not a kernel's) costs
-    the variant it was running a failed row, kind crash, and the rest run in a fresh one:
-    nothing measured is lost, and every variant is run."""
+    the variant it was running a failed row, kind crash, naming the signal or the error, and
+    the rest run in a fresh one: nothing measured is lost, and every variant is run. The same
+    error on two variants in a row ends the bench with that error: the bench's own code is
+    at fault, and every variant would fail alike."""
     problem = problems.get(study.problem)
     parsed = _parse_sizes(problem, sizes)
     tuned = [v.id for v in variants if v.is_tuned]
@@ -193,9 +195,9 @@ def _run_in_workers(project, study, items, sizes, slot, record_failure):
                     f"({info.failed_kind}): this GPU cannot run the bench (see the log above)"
                 )
             if error and error == last_error:
-                # two variants, one after the other, running into the same error of the
-                # bench's own code (a kernel's failure the bench records itself): the bench
-                # is broken, not the kernels; one error rather than a failed row for each
+                # two variants in a row died of the same error, which no kernel raised (a
+                # kernel's failure is a row the bench writes, not an error): the bench is
+                # broken, not the kernels; one error rather than a failed row for each
                 raise TimingError(
                     f"{study.name}/{v.id}: the bench's worker raised {error} on this variant "
                     "and on the one before it: an error of the bench itself, not of a kernel "
