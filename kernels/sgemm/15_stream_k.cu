@@ -106,8 +106,9 @@ static_assert(GROUP_M >= 1, "GROUP_M >= 1");
 
 // The hand-off between blocks. On the GPU: every thread fences its partial's stores before the
 // barrier after which one thread raises the flag, and the flag is read (then a fence) before
-// the partial, which is read through L2 (ld.cg: this SM's L1 may hold an older launch's lines of the slot). The CPU
-// emulator runs blocks one after another: a flag a block waits on is up already, or never.
+// the partial, which is read through L2 (ld.cg: this SM's L1 may hold an older launch's lines
+// of the slot). The CPU emulator runs blocks one after another: a flag a block waits on is up
+// already, or never.
 #ifdef KERNELBOOK_EMU
 inline void sk_fence() {}
 inline int sk_tid() { return threadIdx.x; }
