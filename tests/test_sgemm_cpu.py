@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import REPO, pairwise_picks
-from cuda_emu import EMU
+from cuda_emu import EMU, emu_build
 
 from kernelbook import config as cfg
 from kernelbook.build import nvcc as build
@@ -189,21 +189,6 @@ def emu_dir(tmp_path_factory):
     return d
 
 
-def _emu_exe(emu_dir, v):
-    exe = emu_dir / v.id
-    if exe.exists():
-        return exe
-    cmd = ["g++", "-std=c++20", "-O1", "-pthread", "-w", f"-I{emu_dir}"]
-    cmd += [f'-DKFILE="{REPO / v.source}"', f"-DKERNEL={v.entry}"]
-    cmd += ["-DWORKSPACE=1"] if v.workspace else []
-    cmd += [f"-D{k}={x}" for k, x in v.defines.items()]
-    proc = subprocess.run(
-        [*cmd, str(emu_dir / "driver.cpp"), "-o", str(exe)], capture_output=True, text=True
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return exe
-
-
 def _emulate(emu_dir, v, sizes, sm_count=None):
     """(C as the kernel left it, C0 as given, the float64 reference, and for a variant with
     a workspace the first of its two runs' C and the workspace after both)"""
@@ -222,7 +207,7 @@ def _emulate(emu_dir, v, sizes, sm_count=None):
     if v.workspace:
         args += [v.workspace_bytes(sizes), emu_dir / "C1.bin", emu_dir / "ws.bin"]
     proc = subprocess.run(
-        [str(_emu_exe(emu_dir, v)), *map(str, args)], capture_output=True, text=True, timeout=300
+        [str(emu_build(emu_dir, v)), *map(str, args)], capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 0, f"{v.id} at {sizes}, grid {launch.grid}: {proc.stderr}"
     C = np.frombuffer((emu_dir / "C.bin").read_bytes(), dtype=np.float32)
