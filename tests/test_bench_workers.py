@@ -185,3 +185,25 @@ def test_a_cubin_is_for_one_variant_not_a_tune_space():
     proc = kb("bench", "sgemm", "14_triton", "--candidates", "--cubin", "x.cubin", check=False)
     assert proc.returncode == 1
     assert "kernelbook: error: bench: --cubin is for one variant, not several" in proc.stderr
+
+
+def test_a_kept_case_is_counted_by_its_inputs_outputs_guards_and_initial_values():
+    """What keeping a size's checked inputs for its timing costs (bench.case_bytes): every
+    device array the case holds, guard bands included, and a 0-d initial value not at all."""
+    import numpy as np
+
+    from kernelbook.measure.bench import case_bytes
+    from kernelbook.problems.base import Case, GuardedArray
+
+    y = GuardedArray(np, 100, np.float32, guard=8)
+    case = Case(
+        sizes={"N": 100},
+        dtype="float32",
+        seed=1,
+        inputs={"x": np.zeros(100, np.float32), "w": np.zeros((3, 4), np.float64)},
+        outputs={"y": y},
+        initial={"y": np.zeros(100, np.float32), "s": np.asarray(0.0, np.float32)},
+        reference={},
+        args=(),
+    )
+    assert case_bytes(case) == 400 + 96 + (100 + 16) * 4 + 400

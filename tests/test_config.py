@@ -87,7 +87,7 @@ def test_sgemm_variants(sgemm):
     assert naive.grid == ("cdiv(M, BS)", "cdiv(N, BS)")
     assert naive.block == ("BS", "BS")
     assert naive.smem == 0
-    assert naive.requires == ()
+    assert naive.requires == ("M <= 4096",)  # 2.2 s a launch at 8192^3: skipped there
     assert naive.predict == {"pct_of_baseline": 1.0}
     assert not naive.is_tuned and naive.tuned_from is None
     assert sgemm.variant("02_coalescing").block == ("BS * BS",)
@@ -283,6 +283,33 @@ def test_sources_resolve_against_the_root_argument(root):
     (root / "kernels" / "t" / "01_naive.cu").unlink()
     with pytest.raises(ConfigError, match="source kernels/t/01_naive.cu not found"):
         load_text(root, sub("    source: kernels/sgemm/01_naive.cu\n", ""))
+
+
+def test_sanitize_sizes_each_variant_at_the_first_it_accepts(root):
+    """sanitize.size as a list: a variant runs at the first size its `requires` accept; one
+    that accepts none of them falls back to its smallest runnable size of the study, as
+    does every variant of a study that names no sanitize size."""
+    sized = BASE.replace(
+        "baseline: cublas\n",
+        "baseline: cublas\nsanitize:\n  size: [{M: 100, N: 64, K: 64}, {M: 200, N: 64, K: 64}]\n",
+    )
+    two = VARIANT_2 + '    requires: ["M >= 128"]\n'
+    three = VARIANT_2.replace("id: 02_coalescing", "id: 03_big") + '    requires: ["M >= 256"]\n'
+    study = load_text(root, sized + two + three)
+    at = {v.id: study.sanitize_size_for(v) for v in study.variants}
+    assert at == {
+        "01_naive": {"M": 100, "N": 64, "K": 64},
+        "02_coalescing": {"M": 200, "N": 64, "K": 64},
+        "03_big": {"M": 256, "N": 256, "K": 256},  # neither: the study's smallest it runs
+    }
+    single = "baseline: cublas\nsanitize: {size: {M: 200, N: 200, K: 200}}\n"
+    one = load_text(root, sub("baseline: cublas\n", single))
+    assert one.sanitize_sizes == ({"M": 200, "N": 200, "K": 200},)
+    bad = sized.replace("{M: 200, N: 64, K: 64}", "{M: 200, N: 64, Q: 64}")
+    with pytest.raises(ConfigError, match=r"t\.yaml: sanitize\.size\[1\]"):
+        load_text(root, bad)
+    plain = load_text(root, BASE + two)
+    assert plain.sanitize_size_for(plain.variant("02_coalescing")) == {"M": 128, "N": 128, "K": 128}
 
 
 # (id, study text, regexes the message must match besides the file name)

@@ -49,7 +49,7 @@ def test_study_loads_with_the_decode_sizes():
     assert STUDY.headline == {"M": 1, "N": 14336, "K": 4096}
     assert STUDY.second_headline == {"M": 16, "N": 14336, "K": 4096}
     assert STUDY.headline in STUDY.profile_sizes and len(STUDY.profile_sizes) == 2
-    assert STUDY.sanitize_size == {"M": 3, "N": 37, "K": 1001}
+    assert STUDY.sanitize_sizes == ({"M": 3, "N": 37, "K": 1001},)
     assert VIDS == [
         "01_thread_per_output", "02_warp_per_row", "03_rows_per_warp", "04_split_k", "05_triton",
         "06_mma", "07_stream", "08_no_allocate",

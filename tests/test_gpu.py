@@ -428,6 +428,27 @@ def test_back_to_back_measurements_agree(tmp_path):
     assert (a["rse_median"] < 0.01).all()
 
 
+def test_a_size_is_timed_on_the_inputs_it_was_checked_on(tmp_path, monkeypatch):
+    """Each size's checked case is kept for its timing (the log says "inputs kept"); with
+    no room to keep it (KERNELBOOK_KEEP_BYTES=0) the inputs are made again, and the rows
+    agree to the last digit where they depend only on the inputs: the same seeded data."""
+    sizes = ["256", "M=1000,N=200,K=300"]
+    args = ["bench", "sgemm", "02_coalescing", *(a for s in sizes for a in ("--size", s))]
+
+    def run(name):
+        out = tmp_path / f"{name}.parquet"
+        proc = kb(*args, "--out", str(out), settings=FAST)
+        return tables.read(out), proc.stderr
+
+    kept, log = run("kept")
+    assert log.count("(inputs kept ") == len(sizes), log
+    monkeypatch.setenv("KERNELBOOK_KEEP_BYTES", "0")
+    again, log = run("again")
+    assert "inputs kept" not in log and log.count("(inputs ") == len(sizes), log
+    for col in ("rel_err", "max_err", "baseline_rel_err"):
+        assert list(kept[col]) == list(again[col]), col
+
+
 def test_graph_timing_for_tiny_kernels(tmp_path):
     settings = {"timing": {"method": "graph", "cache": "warm", "min_time_s": 0.02, "max_time_s": 2}}
     df = bench(tmp_path, "02_coalescing", "128", "256", settings=settings)
@@ -690,6 +711,32 @@ def test_a_study_profile_runs_its_variants_in_one_ncu_process(tmp_path):
     assert set(df["report"].dropna()) == {"study.ncu-rep"} and (reports / "study.ncu-rep").is_file()
     spent = profile_time(df)
     assert spent["jobs"] == 1 and spent["processes"] == 1 and spent["sizes"] == 4
+
+
+def test_a_study_profile_runs_its_several_kernel_variants_in_one_ncu_process(tmp_path):
+    """Variants of several kernels (split-KV and its combine), found by NVTX range, share one
+    ncu run at all their sizes (ranged.ncu-rep): each launch's kernels are told apart by the
+    launch's own range and summed as one row set, as a process a size would have them."""
+    from kernelbook.report.quality import profile_time
+
+    run = ["02_split_kv", "03_page_per_warp"]
+    for v in run:
+        build_dir = _compile(tmp_path, "paged_decode", v)
+    bench = _no_failures(tmp_path / "bench", "paged_decode", run)
+    out, reports = tmp_path / "profile.parquet", tmp_path / "reports"
+    kb("profile", "paged_decode", *run, "--build-dir", str(build_dir), "--bench-dir",
+       str(bench), "--size", "3x100", "--size", "8x1000", "--reports", str(reports), "--out",
+       str(out))  # fmt: skip
+    df = tables.read(out)
+    t = df[df["metric"] == "gpu__time_duration.sum"]
+    assert sorted(zip(t["variant"], t["size"], strict=True)) == [
+        (v, z) for v in run for z in ("3x100", "8x1000")
+    ]
+    assert set(df["report"].dropna()) == {"ranged.ncu-rep"}, set(df["report"].dropna())
+    for _, r in t.iterrows():  # the split kernel and the combine, in one row set
+        assert r["value"] > 0 and "combine" in r["kernel"] and ";" in r["kernel"], r
+    spent = profile_time(df)
+    assert spent["processes"] == 1 and spent["sizes"] == 4
 
 
 def test_a_crash_in_a_study_profile_costs_only_its_variant(tmp_path):

@@ -441,3 +441,49 @@ def test_a_study_sanitize_runs_only_plain_variants_together():
     assert [e[0] for e in alone] == ["c", "d", "e"]
     together, alone = sanitize.split_runs([plain[0], control])
     assert together == [] and [e[0] for e in alone] == ["a", "c"]
+
+
+class _Domain:
+    def __init__(self, names):
+        self.names = names
+
+    def push_pop_ranges(self):
+        return self.names
+
+
+class _Action:
+    """A profiled kernel as ncu_report gives it, with the NVTX ranges it ran in."""
+
+    def __init__(self, name, *ranges):
+        self._name, self.ranges = name, ranges
+
+    def name(self):
+        return self._name
+
+    def nvtx_state(self):
+        return [_Domain(list(self.ranges))]
+
+
+def test_kernels_found_by_nvtx_range_are_grouped_by_the_launch_around_them():
+    """A ranged run (torch and several-kernel variants in one ncu process): each kernel
+    belongs to the launch whose kernelbook_launch:<i> range it ran in, however many kernels
+    a launch has; a kernel outside every planned launch, or a launch without a kernel, is an
+    error that sends the variants back to a process a size, never a mislabelled row."""
+    from kernelbook.launch.process import NVTX_LAUNCH, NVTX_RANGE
+
+    def at(i, name):
+        return _Action(name, NVTX_RANGE, f"{NVTX_LAUNCH}{i}")
+
+    acts = [at(0, "a"), at(0, "b"), at(1, "c"), at(2, "d"), at(2, "e"), at(2, "f")]
+    groups = profile.group_by_launch(acts, 3, "s")
+    assert [[a.name() for a in g] for g in groups] == [["a", "b"], ["c"], ["d", "e", "f"]]
+    with pytest.raises(profile.ProfileError, match=r"s: no kernel profiled in launch\(es\) \[1\]"):
+        profile.group_by_launch([at(0, "a"), at(2, "d")], 3, "s")
+    with pytest.raises(profile.ProfileError, match=r"kernel x is in no planned launch \(5\)"):
+        profile.group_by_launch([at(0, "a"), at(5, "x")], 3, "s")
+    with pytest.raises(profile.ProfileError, match=r"kernel y is in no planned launch \(None\)"):
+        profile.group_by_launch([_Action("y", NVTX_RANGE)], 1, "s")
+    # a report taken without --nvtx (the named-kernel runs') has no NVTX state at all
+    ncu_report = profile.import_ncu_report()
+    real = ncu_report.load_report(str(REPORT)).range_by_idx(0).action_by_idx(0)
+    assert profile.launch_of(real) is None

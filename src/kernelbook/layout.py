@@ -83,6 +83,9 @@ def study_file(gpu: str, study: str, name: str, results: str | Path = RESULTS) -
 # job's reports folder; each variant's own runs, where that one fails, write under
 # <reports>/<variant>/.
 STUDY_PROFILE_REPORT = "study"
+# The report of the study's torch and several-kernel variants, all in one ncu run
+# (kernelbook.profile.ncu: their kernels told apart by NVTX range), beside it.
+RANGED_PROFILE_REPORT = "ranged"
 
 
 def job_dir(gpu: str, study: str, kind: str, results: str | Path = RESULTS) -> str:

@@ -132,15 +132,22 @@ def load_study(path: Path, settings: dict, root: Path) -> Study:
     ) or ((headline,) if headline else (max(sizes, key=lambda s: _cost(problem, s, raw["dtype"])),))
     profile = {**settings["profile"], **prob_raw}
     san_raw = raw.get("sanitize", {})
-    sanitize_size = None
-    if "size" in san_raw:
-        sanitize_size = _complete_size(
-            san_raw["size"], problem.size_names, f"{shown}: sanitize.size", problem.zero_sizes
+    # one size, or several: each variant is sanitized at the first its `requires` accept
+    given = san_raw.get("size", [])
+    given = [given] if isinstance(given, dict) else given
+    sanitize_sizes = tuple(
+        _complete_size(
+            z,
+            problem.size_names,
+            f"{shown}: sanitize.size" + (f"[{i}]" if len(given) > 1 else ""),
+            problem.zero_sizes,
         )
+        for i, z in enumerate(given)
+    )
     sanitize_tools = tuple(san_raw.get("tools", settings["sanitize"]["tools"]))
 
     posed = [("sizes", s) for s in sizes] + [("profile.sizes", s) for s in profile_sizes]
-    posed += [("sanitize.size", sanitize_size)] if sanitize_size else []
+    posed += [("sanitize.size", s) for s in sanitize_sizes]
     for key, s in posed:
         why = problem.size_error(s)
         if why:
@@ -157,7 +164,7 @@ def load_study(path: Path, settings: dict, root: Path) -> Study:
         v, cands = _variant(name, vraw, settings, root, problem, params, sizes, where)
         variants.append(v)
         candidates.extend(cands)
-        claimed = [*sizes, *profile_sizes, *([sanitize_size] if sanitize_size else [])]
+        claimed = [*sizes, *profile_sizes, *sanitize_sizes]
         _check_launches([v, *cands], claimed, smem_optin_limit(v.target(settings["arch"])), where)
     _check_claims(variants, shown)
     fom = raw.get("figure_of_merit", problem.figure_of_merit)
@@ -191,7 +198,7 @@ def load_study(path: Path, settings: dict, root: Path) -> Study:
         profile=profile,
         profile_sizes=profile_sizes,
         sanitize_tools=sanitize_tools,
-        sanitize_size=sanitize_size,
+        sanitize_sizes=sanitize_sizes,
     )
 
 

@@ -200,7 +200,9 @@ class Study:
     profile: dict[str, Any] = field(default_factory=dict)  # global settings + study's
     profile_sizes: tuple[dict[str, int], ...] = ()
     sanitize_tools: tuple[str, ...] = ()
-    sanitize_size: dict[str, int] | None = None
+    # where compute-sanitizer runs: each variant at the first of these its `requires` accept,
+    # else (none given, or none it can run) at its smallest runnable size of the study
+    sanitize_sizes: tuple[dict[str, int], ...] = ()
     # baselines timed beside the first (``baseline: [a, b, ...]``): extra columns, lines
     extra_baselines: tuple[str, ...] = ()
     second_headline: dict[str, int] | None = None  # a second size the ladder is drawn at
@@ -211,9 +213,11 @@ class Study:
     bandwidth_reference: str = "copy"
 
     def sanitize_size_for(self, variant: Variant) -> dict[str, int] | None:
-        """The configured size, else the variant's smallest runnable size (None: none runs)."""
-        if self.sanitize_size is not None:
-            return self.sanitize_size
+        """The first configured size the variant can run, else its smallest runnable size
+        of the study (None: none runs)."""
+        for s in self.sanitize_sizes:
+            if not variant.unmet(s):
+                return s
         prob = problems.get(self.problem)
         runnable = [s for s in self.sizes if not variant.unmet(s)]
         return min(runnable, key=lambda s: _cost(prob, s, self.dtype)) if runnable else None

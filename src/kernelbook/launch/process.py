@@ -18,6 +18,10 @@ from kernelbook.launch.kernel import Hang, kernel_launcher, load_kernel, wait_ev
 
 # The NVTX range every launch runs in: ncu's --nvtx-include selects it (profile.ncu).
 NVTX_RANGE = "kernelbook_variant"
+# Inside it, a range naming the launch's place in its process (0, 1, ... in plan order): a
+# report of several variants' launches, each of any number of kernels (a torch variant's),
+# then tells which launch each kernel belongs to (profile.ncu_read.read_report_by_launch).
+NVTX_LAUNCH = "kernelbook_launch:"
 
 
 def launch_command(
@@ -154,6 +158,7 @@ def launch_plan(project: Project, study: Study, entries, repeat=1, check=False, 
         cp.cuda.set_allocator(None)
     limit = tool_limit(project.settings, "launch_s")
     nvtx = nvtx_range()
+    count = iter(range(sum(len(s) for s in parsed) * repeat))  # each launch's NVTX_LAUNCH
     for (variant, cubin, _), sizes_list in zip(entries, parsed, strict=True):
         with tempfile.TemporaryDirectory() as tmp:
             if cubin:
@@ -165,12 +170,14 @@ def launch_plan(project: Project, study: Study, entries, repeat=1, check=False, 
             kernel = load_kernel(project.root, study, variant, cubin_path, smem)
             for sizes in sizes_list:
                 _launch_size(project, study, variant, kernel, sizes, repeat, check, exact,
-                             cp, limit, nvtx)  # fmt: skip
+                             cp, limit, nvtx, count)  # fmt: skip
             del kernel
     return 0
 
 
-def _launch_size(project, study, variant, kernel, sizes, repeat, check, exact, cp, limit, nvtx):
+def _launch_size(
+    project, study, variant, kernel, sizes, repeat, check, exact, cp, limit, nvtx, count
+):
     problem = problems.get(study.problem)
     case = problem.setup(
         sizes,
@@ -186,7 +193,7 @@ def _launch_size(project, study, variant, kernel, sizes, repeat, check, exact, c
     where = f"{study.name}/{variant.id} at {label}"
     for i in range(repeat):
         case.reset()
-        with nvtx(NVTX_RANGE):  # ncu profiles the kernels inside this range only
+        with nvtx(NVTX_RANGE), nvtx(f"{NVTX_LAUNCH}{next(count)}"):  # ncu: these only
             run()
         wait_or_leave(cp, limit, where)
         if check and i == 0:

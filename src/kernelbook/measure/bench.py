@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import platform
 import sys
 import time
@@ -40,6 +41,22 @@ from kernelbook.provenance import sha256_file, sha256_source
 
 # After these the CUDA context is lost: nothing more runs in the job's process.
 DEVICE_LOST = frozenset({"crash", "hang"})
+
+# The inputs a size was checked on are timed on too, kept on the device from the check to
+# the timing rather than made again (seeded, they would be the same): on the H200 a book
+# run spent 105 s of its GPU's time making inputs a second time. Kept while they fit in a
+# quarter of the device memory free at the job's start, and 8 GiB at most; a size past that
+# makes its inputs again.
+KEEP_SHARE = 0.25
+KEEP_MAX_BYTES = 8 << 30
+KEEP_ENV = "KERNELBOOK_KEEP_BYTES"  # the budget in bytes, in place of the above
+
+
+def case_bytes(case) -> int:
+    """Device bytes a case holds: inputs, guarded outputs and their initial values."""
+    arrays = [*case.inputs.values(), *(g.full for g in case.outputs.values())]
+    arrays += [a for a in case.initial.values() if getattr(a, "ndim", 0)]
+    return sum(int(a.nbytes) for a in arrays)
 
 
 def _dims(d) -> str:
@@ -120,6 +137,12 @@ class Bench:
             **gpu.host_provenance(project.root),
         }
         self.sampler = gpu.Sampler(slot_uuid)
+        # each size's checked case is kept for its timing, no second input set-up, while the
+        # kept cases fit in this many bytes (a share of the memory free now, capped)
+        free, _ = cp.cuda.runtime.memGetInfo()
+        self.keep_bytes = min(KEEP_MAX_BYTES, int(free * KEEP_SHARE))
+        if os.environ.get(KEEP_ENV):  # a test's: 0 makes every size's inputs again
+            self.keep_bytes = int(os.environ[KEEP_ENV])
 
     def close(self):
         self.timer.close()  # never raises: a crash is reported by whoever caught it
@@ -237,6 +260,8 @@ def bench_variant(
         rows.append({**blank(s, "failed", f"{kind}: {reason}"), "failure": kind})
 
     checked: dict[str, tuple] = {}
+    kept: dict[str, tuple] = {}  # (case, run, launch) checked, kept for the size's timing
+    keep_left = b.keep_bytes
     spent: dict[str, float] = {}  # seconds of each size's check
     init_s = None
     current = None  # the size being run when a crash or hang ends the job's use of the GPU
@@ -253,7 +278,7 @@ def bench_variant(
                 current = s
                 t0 = time.monotonic()
                 try:
-                    case, _, launch, result, tol = b.check(kernel, variant, s)
+                    case, run, launch, result, tol = b.check(kernel, variant, s)
                 except CheckError as e:
                     if not tolerate_failure:
                         raise
@@ -267,14 +292,27 @@ def bench_variant(
                 # baselines are checked against it: computed once per size, not twice
                 ref = {k: b.cp.asnumpy(v) for k, v in case.reference.items()}
                 checked[problem.label(s)] = (result, launch, ref)
-                del case
+                case.reference, case.input_copies = {}, {}  # on the host now; checked
+                if case_bytes(case) <= keep_left:
+                    keep_left -= case_bytes(case)
+                    kept[problem.label(s)] = (case, run, launch)
+                del case, run
                 b.free()
             for s in runnable:
                 if problem.label(s) not in checked:
                     continue
                 current = s
                 t0 = time.monotonic()
-                row = _time_size(b, kernel, variant, s, checked[problem.label(s)], blank, samples)
+                row = _time_size(
+                    b,
+                    kernel,
+                    variant,
+                    s,
+                    checked[problem.label(s)],
+                    blank,
+                    samples,
+                    kept.pop(problem.label(s), None),
+                )
                 row["timing_s"] = time.monotonic() - t0
                 rows.append(row)
                 b.free()
@@ -414,24 +452,30 @@ def _beside(st) -> str:
     return f"events {st.event_median:.4f}"
 
 
-def _time_size(b: Bench, kernel, variant, s, checked, blank, samples=None) -> dict:
+def _time_size(b: Bench, kernel, variant, s, checked, blank, samples=None, kept=None) -> dict:
+    """The row of size ``s``, timed on the case its check ran (``kept``: (case, run,
+    launch)), or on the same seeded inputs made again."""
     study, problem = b.study, b.problem
     result, _, reference = checked
     where = b.where(variant, s)
     began = time.monotonic()
-    # the same seeded inputs as the check's; its reference comes back instead of a second
-    # float64 computation
-    case = problem.setup(
-        s,
-        study.dtype,
-        study.params,
-        b.project.settings["seed"],
-        reference=False,
-        computes=variant.computes,
-    )
+    if kept is not None:
+        case, run, launch = kept
+        case.reset()  # its outputs as a fresh set-up leaves them
+    else:
+        case = problem.setup(
+            s,
+            study.dtype,
+            study.params,
+            b.project.settings["seed"],
+            reference=False,
+            computes=variant.computes,
+        )
+        run, launch = b.launcher(kernel, variant, s, case)
+    # the check's reference comes back instead of a second float64 computation
     case.reference = {k: b.cp.asarray(v) for k, v in reference.items()}
-    run, launch = b.launcher(kernel, variant, s, case)
-    parts = {"inputs": time.monotonic() - began}  # where the set-up goes, for the log
+    # where the set-up goes, for the log
+    parts = {"inputs kept" if kept is not None else "inputs": time.monotonic() - began}
 
     def part(name, since):
         parts[name] = time.monotonic() - since

@@ -4,7 +4,6 @@ and derive the roofline table (FLOPs, bytes at DRAM/L2/L1, intensities, bounds).
 from __future__ import annotations
 
 import functools
-import math
 import os
 import re
 import shutil
@@ -17,8 +16,20 @@ import pandas as pd
 from kernelbook import provenance
 from kernelbook.config import tool_limit
 from kernelbook.launch.process import NVTX_RANGE, launch_command
-from kernelbook.layout import STUDY_PROFILE_REPORT
+from kernelbook.layout import RANGED_PROFILE_REPORT, STUDY_PROFILE_REPORT
 from kernelbook.procs import ToolTimeout, run_tool
+from kernelbook.profile.ncu_read import (  # noqa: F401 - the profile's readers, named here too
+    ProfileError,
+    combine_kernels,
+    group_by_launch,
+    import_ncu_report,
+    launch_of,
+    ncu_python_dirs,
+    read_report,
+    read_report_all,
+    read_report_by_launch,
+    read_report_each,
+)
 
 NCU_TIMEOUT_S = 900.0  # timeouts.ncu_s's default
 
@@ -70,10 +81,6 @@ TENSOR_PIPE_METRICS = (
 )
 STALL_PREFIX = "smsp__average_warps_issue_stalled_"
 STALL_SUFFIX = "_per_issue_active.ratio"
-
-
-class ProfileError(RuntimeError):
-    """ncu could not profile the variant, or its report could not be read."""
 
 
 def ncu_exe() -> str:
@@ -163,103 +170,6 @@ def run_ncu(
         what = f"named {entry}" if entry else f"inside the NVTX range {NVTX_INCLUDE}"
         raise ProfileError(f"{where}: ncu ran but profiled no kernel {what}:\n{log[-2000:]}")
     return log
-
-
-def ncu_python_dirs() -> list[Path]:
-    """Where Nsight Compute keeps its own copy of ncu_report: extras/python beside the ncu
-    binary (often reached through a wrapper in cuda/bin), or under the CUDA toolkit."""
-    dirs: list[Path] = []
-    exe = shutil.which("ncu")
-    if exe:
-        real = Path(exe).resolve().parent
-        dirs.append(real / "extras" / "python")
-        dirs += sorted(real.parent.glob("nsight-compute*/extras/python"))
-    for root in ("/usr/local/cuda", *sorted(str(p) for p in Path("/usr/local").glob("cuda-*"))):
-        dirs += sorted(Path(root).glob("nsight-compute*/extras/python"))
-    dirs += sorted(Path("/opt/nvidia/nsight-compute").glob("*/extras/python"))
-    return [d for d in dict.fromkeys(dirs) if (d / "ncu_report.py").is_file()]
-
-
-def import_ncu_report():
-    """The ncu_report module: the ncu-report package, else Nsight Compute's own copy."""
-    try:
-        import ncu_report
-
-        return ncu_report
-    except ImportError as e:
-        first = e
-    for d in ncu_python_dirs():
-        sys.path.insert(0, str(d))
-        try:
-            import ncu_report
-
-            return ncu_report
-        except ImportError:
-            sys.path.remove(str(d))
-    raise ProfileError(
-        f"the ncu_report module is missing ({first}): pip install ncu-report, or install "
-        "Nsight Compute, whose extras/python holds a copy"
-    )
-
-
-def read_report(path: Path) -> tuple[str, list[tuple[str, float | None, str | None]]]:
-    """The first profiled kernel's name and its metrics as (name, value, unit)."""
-    ncu_report = import_ncu_report()
-    ctx = ncu_report.load_report(str(path))
-    if ctx.num_ranges() == 0 or ctx.range_by_idx(0).num_actions() == 0:
-        raise ProfileError(f"{path}: the report holds no profiled kernel")
-    return _action_metrics(ctx.range_by_idx(0).action_by_idx(0))
-
-
-def read_report_each(path: Path) -> list[tuple[str, list[tuple[str, float | None, str | None]]]]:
-    """Every profiled kernel of a report, in the order it was profiled: (name, metrics)."""
-    ncu_report = import_ncu_report()
-    ctx = ncu_report.load_report(str(path))
-    return [
-        _action_metrics(ctx.range_by_idx(r).action_by_idx(a))
-        for r in range(ctx.num_ranges())
-        for a in range(ctx.range_by_idx(r).num_actions())
-    ]
-
-
-def read_report_all(path: Path) -> tuple[str, list[tuple[str, float | None, str | None]]]:
-    """Every profiled kernel of a report as one (a torch variant's several kernels): the
-    kernel names joined by '; ', counters (``.sum`` metrics) summed over the kernels, the
-    other metrics (ratios, percentages, launch settings) those of the longest kernel."""
-    kernels = read_report_each(path)
-    if not kernels:
-        raise ProfileError(f"{path}: the report holds no profiled kernel")
-    return combine_kernels(kernels)
-
-
-def combine_kernels(kernels):
-    """(name, metrics) of several kernels as one: see read_report_all."""
-
-    def duration(k):
-        return next((v for n, v, _ in k[1] if n == "gpu__time_duration.sum" and v), 0.0)
-
-    longest = max(kernels, key=duration)
-    out: dict[str, tuple[float | None, str | None]] = {n: (v, u) for n, v, u in longest[1]}
-    for name in out:
-        if name.endswith(".sum"):
-            values = [v for _, m in kernels for n, v, _ in m if n == name and v is not None]
-            out[name] = (sum(values) if values else None, out[name][1])
-    names = "; ".join(dict.fromkeys(k[0] for k in kernels))
-    return names, [(n, v, u) for n, (v, u) in sorted(out.items())]
-
-
-def _action_metrics(action) -> tuple[str, list[tuple[str, float | None, str | None]]]:
-    rows = []
-    for name in sorted(action.metric_names()):
-        metric = action.metric_by_name(name)
-        try:
-            value = float(metric.value())
-        except (TypeError, ValueError):
-            continue  # strings (device names, section descriptions) are not metrics
-        if math.isnan(value):
-            value = None
-        rows.append((name, value, metric.unit() or None))
-    return action.name(), rows
 
 
 class _Rows(list):
@@ -522,11 +432,60 @@ def profile_study(
         part = profile_variant(project, study, variant, cubin, sizes, report_dir / variant.id,
                                slot_uuid, log, context=context)  # fmt: skip
         rows += [{**r, "variant": job} for r in part]
+    got, alone = _ranged_run(project, study, alone, report_dir, context, log)
+    rows += got
     for job, variant, cubin, sizes, skip in alone:
         part = profile_variant(project, study, variant, cubin, sizes, report_dir / variant.id,
                                slot_uuid, log, skip, context=context)  # fmt: skip
         rows += [{**r, "variant": job} for r in part]
     return rows
+
+
+def _ranged_run(project, study, entries, report_dir: Path, context, log):
+    """The torch and several-kernel variants of ``entries`` at all their sizes in one ncu
+    run (``ranged.ncu-rep``), each launch's kernels told apart by its NVTX_LAUNCH range:
+    one start-up of ncu, Python, torch and CUDA instead of one a size. (rows, the entries
+    left to profile on their own): all of them where there is less than two launches to
+    share a run, or where the run fails (then each runs as before, a process a size, so
+    that a failure is one size's)."""
+    from kernelbook.launch.process import plan_command, write_plan
+
+    facts, version, timeout, env = context
+    rows: list[dict] = []
+    batch = []
+    for job, variant, cubin, sizes, skip in entries:
+        own = _Rows(_prov(project, study, variant, facts, version), log)
+        todo = _todo(study, variant, sizes, skip, own, log)
+        batch.append((job, variant, cubin, todo, [{**r, "variant": job} for r in own]))
+    launches = sum(len(todo) for _, _, _, todo, _ in batch)
+    if launches < 2:
+        return [], entries
+    report = report_dir / RANGED_PROFILE_REPORT
+    where = f"{study.name}: {len(batch)} variant(s) by NVTX range, {launches} launches"
+    plan = write_plan(
+        report_dir / f"{RANGED_PROFILE_REPORT}.plan.json",
+        [(v.id, cubin, [label for _, label in todo]) for _, v, cubin, todo, _ in batch if todo],
+    )
+    try:
+        t0 = time.monotonic()
+        run_ncu(None, report, plan_command(project, study, plan), study.profile, where, env,
+                timeout * len(batch))  # fmt: skip
+        t1 = time.monotonic()
+        each = read_report_by_launch(Path(str(report) + ".ncu-rep"), launches, where)
+        share = ((t1 - t0) / launches, (time.monotonic() - t1) / launches)
+    except (ProfileError, ToolTimeout) as e:
+        log(f"{where}: one ncu run for them failed, a process a size now: {e}")
+        return [], entries
+    at = iter(each)
+    name = f"{report.name}.ncu-rep"
+    for job, variant, _, todo, markers in batch:
+        own = _Rows(_prov(project, study, variant, facts, version), log)
+        for s, label in todo:
+            kernel, metrics = next(at)
+            own.metrics(s, label, kernel, metrics, name, *share)
+        log(f"{study.name}/{variant.id}: {len(todo)} size(s) from {name}")
+        rows += markers + [{**r, "variant": job} for r in own]
+    return rows, []
 
 
 def profiled(profile: pd.DataFrame) -> pd.DataFrame:

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from kernelbook import runlog, tables
-from kernelbook.layout import STUDY_PROFILE_REPORT
+from kernelbook.layout import RANGED_PROFILE_REPORT, STUDY_PROFILE_REPORT
 from kernelbook.report import compare, pipeline_cost, plot
 from kernelbook.report.data import copy_word
 
@@ -232,8 +232,10 @@ def profile_time(prof: pd.DataFrame | None) -> dict | None:
     # from before it, a job a variant)
     jobs = sizes.groupby(["job_startup_s", "job_wait_s"], sort=False, dropna=False)
     ran = sizes[sizes["ncu_s"].notna()]
-    # a report is one ncu process: the study's, or one in a variant's own folder
-    mine = ran["report"] != f"{STUDY_PROFILE_REPORT}.ncu-rep"
+    # a report is one ncu process: the study's (its named kernels, its ranged ones), or
+    # one in a variant's own folder
+    shared = {f"{STUDY_PROFILE_REPORT}.ncu-rep", f"{RANGED_PROFILE_REPORT}.ncu-rep"}
+    mine = ~ran["report"].isin(shared)
     report = ran["report"].where(~mine, ran["variant"] + "/" + ran["report"])
     return {
         "jobs": int(jobs.ngroups),
