@@ -134,7 +134,9 @@ def cmd_launch(args) -> int:
         project = _project(args)
         study = _load_study(args, project, args.study)
         entries = read_plan(study, args.plan)
-        return launch_plan(project, study, entries, args.repeat, args.check, args.exact)
+        return launch_plan(
+            project, study, entries, args.repeat, args.check, args.exact, args.tag_launches
+        )
     if not (args.variant and args.size):
         raise cfg.ConfigError("launch: name a variant and --size (or give --plan)")
     project, study, variant = _study_variant(args)
@@ -385,6 +387,12 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--repeat", type=int, default=1, help="launches at each size")
     s.add_argument("--exact", action="store_true", help="exact-size allocations, no guard bands")
     s.add_argument("--check", action="store_true", help="check the first launch's result")
+    s.add_argument(
+        "--tag-launches",
+        action="store_true",
+        help="each launch in an NVTX range of its own, kernelbook_launch:<i>, inside the usual "
+        "one (a ranged ncu run of a --plan tells the launches' kernels apart by it)",
+    )
     s.set_defaults(fn=cmd_launch)
 
     for name, fn, help_ in (

@@ -18,9 +18,10 @@ from kernelbook.launch.kernel import Hang, kernel_launcher, load_kernel, wait_ev
 
 # The NVTX range every launch runs in: ncu's --nvtx-include selects it (profile.ncu).
 NVTX_RANGE = "kernelbook_variant"
-# Inside it, a range naming the launch's place in its process (0, 1, ... in plan order): a
-# report of several variants' launches, each of any number of kernels (a torch variant's),
-# then tells which launch each kernel belongs to (profile.ncu_read.read_report_by_launch).
+# Inside it, where asked (launch --tag-launches), a range naming the launch's place in its
+# process (0, 1, ... in plan order): a report of several variants' launches, each of any
+# number of kernels (a torch variant's), then tells which launch each kernel belongs to
+# (profile.ncu_read.read_report_by_launch).
 NVTX_LAUNCH = "kernelbook_launch:"
 
 
@@ -140,9 +141,12 @@ def launch_variant(
     return launch_plan(project, study, [(variant, cubin, labels)], repeat, check, exact)
 
 
-def launch_plan(project: Project, study: Study, entries, repeat=1, check=False, exact=False) -> int:
+def launch_plan(
+    project: Project, study: Study, entries, repeat=1, check=False, exact=False, tag=False
+) -> int:
     """Launch each entry's variant ((variant, cubin or None, size labels)) at its sizes in
-    turn, in the entries' order: one process, one CUDA context for them all."""
+    turn, in the entries' order: one process, one CUDA context for them all. With ``tag``
+    each launch runs in an NVTX range of its own too, NVTX_LAUNCH and its number."""
     problem = problems.get(study.problem)
     try:
         parsed = [[problem.parse_size(label) for label in labels] for _, _, labels in entries]
@@ -158,7 +162,8 @@ def launch_plan(project: Project, study: Study, entries, repeat=1, check=False, 
         cp.cuda.set_allocator(None)
     limit = tool_limit(project.settings, "launch_s")
     nvtx = nvtx_range()
-    count = iter(range(sum(len(s) for s in parsed) * repeat))  # each launch's NVTX_LAUNCH
+    # each launch's NVTX_LAUNCH range, or none
+    count = iter(range(sum(len(s) for s in parsed) * repeat)) if tag else None
     for (variant, cubin, _), sizes_list in zip(entries, parsed, strict=True):
         with tempfile.TemporaryDirectory() as tmp:
             if cubin:
@@ -193,7 +198,8 @@ def _launch_size(
     where = f"{study.name}/{variant.id} at {label}"
     for i in range(repeat):
         case.reset()
-        with nvtx(NVTX_RANGE), nvtx(f"{NVTX_LAUNCH}{next(count)}"):  # ncu: these only
+        tagged = nvtx(f"{NVTX_LAUNCH}{next(count)}") if count else contextlib.nullcontext()
+        with nvtx(NVTX_RANGE), tagged:  # ncu profiles the kernels inside this range only
             run()
         wait_or_leave(cp, limit, where)
         if check and i == 0:

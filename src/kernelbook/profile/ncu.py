@@ -468,8 +468,8 @@ def _ranged_run(project, study, entries, report_dir: Path, context, log):
     )
     try:
         t0 = time.monotonic()
-        run_ncu(None, report, plan_command(project, study, plan), study.profile, where, env,
-                timeout * len(batch))  # fmt: skip
+        launch = plan_command(project, study, plan, "--tag-launches")
+        run_ncu(None, report, launch, study.profile, where, env, timeout * len(batch))
         t1 = time.monotonic()
         each = read_report_by_launch(Path(str(report) + ".ncu-rep"), launches, where)
         share = ((t1 - t0) / launches, (time.monotonic() - t1) / launches)
