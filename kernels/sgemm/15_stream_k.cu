@@ -10,8 +10,9 @@
 // The grid is P x R blocks, P = min(MAX_SK, SM_COUNT * MIN_BLOCKS) (one block per resident
 // slot), and the tiles in the raster order of 10 (GROUP_M block rows at a time):
 //   - rows 0 .. R-2: data-parallel, one tile a block, as in 10 (tile = row * P + column);
-//   - row R-1: stream-K. The T_sk tiles left (one full wave plus the remainder, P + T % P
-//     when T >= P; every tile when T < P) are a line of T_sk x KT k-steps (KT = cdiv(K, BK)),
+//   - row R-1: stream-K. The T_sk tiles left (the remainder T % P when T >= P, with the last
+//     full wave too where the remainder is under P / 4, so that no block holds a sliver of a
+//     tile; every tile when T < P) are a line of T_sk x KT k-steps (KT = cdiv(K, BK)),
 //     cut into P equal ranges, one a block. A tile whose whole K a block holds ends as in 10;
 //     a block that starts a tile but does not finish it leaves its accumulators in the
 //     workspace (its own slot) and raises its flag; the block that holds a tile's last k-step
@@ -34,12 +35,17 @@
 // warps an issue against 0.28), the same FFMAs, and 1.59 GB read from DRAM against 10's 0.52:
 // the stream-K blocks run at different k offsets of ~2 tiles each, so what is in flight is
 // every k of their A rows and B columns (about 96 MB), not one k window, and L2 (50 MB)
-// thrashes. Next: stream-K units aligned in k (the tail's tiles split in equal k pieces taken
-// round-robin, so the blocks of a round share one k window).
+// thrashes. That version's stream-K row always took a full wave with the remainder (992 of
+// 2048 tiles at 4096^3, 800 of 8192 at 8192^3): its k-steps ran about 12 % slower than the
+// data-parallel rows'. Now it takes the remainder alone where that is a quarter wave or more
+// (464 tiles at 4096^3, 272 at 8192^3; 3000^3's 72 still take a wave with them): half the
+// tiles at scattered k, so less of L2 thrashed, and fewer k-steps run at the slower rate. Not
+// yet measured. Beyond: stream-K units aligned in k (the tail's tiles split in equal k pieces
+// taken round-robin, so the blocks of a round share one k window).
 //
-// Why it should help: at 4096^3 the last 3.88 - 3 = 0.88 wave becomes 1.88 waves' worth of
-// work on every slot at once (P + 464 tiles over 528 blocks), so no SM idles at the end; the
-// cost is one 32 KiB partial written and read per split tile (L2-resident) and a flag wait.
+// Why it should help: at 4096^3 the last 0.88 wave (464 tiles on 528 slots) becomes 0.88 of
+// a tile's k-steps on every slot at once, so no SM idles at the end; the cost is one 32 KiB
+// partial written and read per split tile (L2-resident) and a flag wait.
 // What ncu should show: the same FFMA share and stalls as 10 in the data-parallel rows, and
 // sm__cycles_active.avg close to sm__cycles_active.max (no SM idle while others finish);
 // gpu__time_duration about 3 % under 10's at 4096^3.
