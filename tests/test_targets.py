@@ -4,9 +4,11 @@ tables), and rendered again from a changed config without measuring."""
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import subprocess
+import tarfile
 
 import pandas as pd
 import pytest
@@ -201,14 +203,19 @@ def test_render_from_the_config_changes_the_page_not_the_numbers(tmp_path):
     shutil.copytree(REPO / "worklogs" / GPU / "sgemm", root / "worklogs" / GPU / "sgemm")
     shutil.copytree(REPO / "analysis", root / "analysis")
     path = root / "config" / "studies" / "sgemm.yaml"
-    # the study's config as the page was measured with (one edited since makes it stale)
+    # the config and kernels the page was measured with (a kernel or config entry edited
+    # since makes the page stale, and render refuses it, as below)
     page = root / "worklogs" / GPU / "sgemm" / "data"
     (commit,) = set(tables.read(page / "measurements.parquet")["git_commit"])
     then = subprocess.run(
-        ["git", "show", f"{commit}:config/studies/sgemm.yaml"],
-        cwd=REPO, capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    data = yaml.safe_load(then.stdout)
+        ["git", "archive", commit, "config", "kernels"], cwd=REPO, capture_output=True,
+        check=True,
+    ).stdout  # fmt: skip
+    shutil.rmtree(root / "config")
+    shutil.rmtree(root / "kernels")
+    with tarfile.open(fileobj=io.BytesIO(then)) as tar:
+        tar.extractall(root, filter="data")
+    data = yaml.safe_load(path.read_text())
     data["targets"] = [{"metric": "pct_of_baseline", "min": 50, "says": "a lower bar"}]
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     before = (page / "measurements.parquet").read_bytes()
