@@ -198,7 +198,9 @@ def _launch_size(
     where = f"{study.name}/{variant.id} at {label}"
     for i in range(repeat):
         case.reset()
-        tagged = nvtx(f"{NVTX_LAUNCH}{next(count)}") if count else contextlib.nullcontext()
+        tagged = (
+            nvtx(f"{NVTX_LAUNCH}{next(count)}") if count is not None else contextlib.nullcontext()
+        )
         with nvtx(NVTX_RANGE), tagged:  # ncu profiles the kernels inside this range only
             run()
         wait_or_leave(cp, limit, where)
