@@ -193,6 +193,9 @@ def _launch_size(
         computes=variant.computes,
         reference=check,
     )
+    if not check:  # the inputs' copies serve the check only: freed, they are no memory for
+        case.input_copies = {}  # ncu's replay passes to save and restore, nor for the tools
+        cp.get_default_memory_pool().free_all_blocks()
     run, launch = kernel_launcher(kernel, study, variant, sizes, case)
     label = problem.label(sizes)
     where = f"{study.name}/{variant.id} at {label}"
