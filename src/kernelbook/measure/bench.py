@@ -293,8 +293,9 @@ def bench_variant(
                 ref = {k: b.cp.asnumpy(v) for k, v in case.reference.items()}
                 checked[problem.label(s)] = (result, launch, ref)
                 case.reference, case.input_copies = {}, {}  # on the host now; checked
-                if case_bytes(case) <= keep_left:
-                    keep_left -= case_bytes(case)
+                held = case_bytes(case)
+                if held <= keep_left:
+                    keep_left -= held
                     kept[problem.label(s)] = (case, run, launch)
                 del case, run
                 b.free()

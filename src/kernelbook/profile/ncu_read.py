@@ -61,15 +61,19 @@ def read_report(path: Path) -> tuple[str, list[tuple[str, float | None, str | No
     return _action_metrics(ctx.range_by_idx(0).action_by_idx(0))
 
 
-def read_report_each(path: Path) -> list[tuple[str, list[tuple[str, float | None, str | None]]]]:
-    """Every profiled kernel of a report, in the order it was profiled: (name, metrics)."""
-    ncu_report = import_ncu_report()
-    ctx = ncu_report.load_report(str(path))
+def _actions(path: Path) -> list:
+    """Every profiled kernel of a report (ncu_report's actions), in the order profiled."""
+    ctx = import_ncu_report().load_report(str(path))
     return [
-        _action_metrics(ctx.range_by_idx(r).action_by_idx(a))
+        ctx.range_by_idx(r).action_by_idx(a)
         for r in range(ctx.num_ranges())
         for a in range(ctx.range_by_idx(r).num_actions())
     ]
+
+
+def read_report_each(path: Path) -> list[tuple[str, list[tuple[str, float | None, str | None]]]]:
+    """Every profiled kernel of a report, in the order it was profiled: (name, metrics)."""
+    return [_action_metrics(a) for a in _actions(path)]
 
 
 def read_report_all(path: Path) -> tuple[str, list[tuple[str, float | None, str | None]]]:
@@ -111,14 +115,7 @@ def read_report_by_launch(path: Path, launches: int, where: str):
     """A report of ``launches`` launches, each of one or more kernels (found by NVTX range:
     torch variants, several-kernel ones): each launch's kernels as one (combine_kernels), in
     launch order."""
-    ncu_report = import_ncu_report()
-    ctx = ncu_report.load_report(str(path))
-    actions = [
-        ctx.range_by_idx(r).action_by_idx(a)
-        for r in range(ctx.num_ranges())
-        for a in range(ctx.range_by_idx(r).num_actions())
-    ]
-    groups = group_by_launch(actions, launches, where)
+    groups = group_by_launch(_actions(path), launches, where)
     return [combine_kernels([_action_metrics(a) for a in g]) for g in groups]
 
 
