@@ -417,15 +417,8 @@ def profile_study(
         except (ProfileError, ToolTimeout) as e:
             log(f"{where}: one ncu run for the study failed, each variant on its own now: {e}")
         else:
-            at = iter(each)
-            name = f"{report.name}.ncu-rep"
-            for job, variant, _, todo in batch:
-                own = _Rows(_prov(project, study, variant, facts, version), log)
-                for s, label in todo:
-                    kernel, metrics = next(at)
-                    own.metrics(s, label, kernel, metrics, name, *share)
-                log(f"{study.name}/{variant.id}: {len(todo)} size(s) from {name}")
-                rows += [{**r, "variant": job} for r in own]
+            rows += _shared_rows(project, study, context, log, report, each, share,
+                                 [(job, v, todo) for job, v, _, todo in batch])  # fmt: skip
             batch = []
     for job, variant, cubin, todo in batch:  # on its own (no study run, or it failed)
         sizes = [s for s, _ in todo]
@@ -476,16 +469,29 @@ def _ranged_run(project, study, entries, report_dir: Path, context, log):
     except (ProfileError, ToolTimeout) as e:
         log(f"{where}: one ncu run for them failed, a process a size now: {e}")
         return [], entries
+    for job, variant, _, todo, markers in batch:
+        rows += markers + _shared_rows(project, study, context, log, report, each, share,
+                                       [(job, variant, todo)])  # fmt: skip
+        each = each[len(todo) :]
+    return rows, []
+
+
+def _shared_rows(project, study, context, log, report: Path, each, share, runs) -> list[dict]:
+    """The rows of ``runs`` ((job, variant, todo) in launch order) from one shared run's
+    report: ``each`` is its launches' (kernel, metrics), in the same order, ``share`` each
+    launch's part of the run's (ncu, read) seconds."""
+    facts, version, _, _ = context
     at = iter(each)
     name = f"{report.name}.ncu-rep"
-    for job, variant, _, todo, markers in batch:
+    rows: list[dict] = []
+    for job, variant, todo in runs:
         own = _Rows(_prov(project, study, variant, facts, version), log)
         for s, label in todo:
             kernel, metrics = next(at)
             own.metrics(s, label, kernel, metrics, name, *share)
         log(f"{study.name}/{variant.id}: {len(todo)} size(s) from {name}")
-        rows += markers + [{**r, "variant": job} for r in own]
-    return rows, []
+        rows += [{**r, "variant": job} for r in own]
+    return rows
 
 
 def profiled(profile: pd.DataFrame) -> pd.DataFrame:
