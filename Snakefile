@@ -37,6 +37,13 @@ rule tables:
         gate_targets(),
 
 
+# The host-timed studies' bench tables alone: a book run makes them before the rest
+# (tools/gpu-session.sh), while every core is free.
+rule host_timed:
+    input:
+        host_timed_targets(),
+
+
 onstart:
     open_run_segment()
 

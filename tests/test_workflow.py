@@ -215,6 +215,22 @@ def test_gpu_dag_tunes_then_sweeps_the_winner(repo_copy):
     assert all(p == {10} for s, p in prio.items() if s != "regimes"), prio
 
 
+def test_the_host_timed_target_plans_only_the_host_timed_benches(repo_copy):
+    # tools/gpu-session.sh makes it first, while every core is free
+    proc = run_in(repo_copy, ["-c", AS_IF_GPU, "-n", "host_timed"], timeout=300)
+    assert proc.returncode == 0, output(proc)
+    jobs = planned_jobs(output(proc))
+    project = cfg.load_project_file(repo_copy / "config" / "config.yaml")
+    host = sorted(n for n, st in project.studies.items() if st.timing.get("method") == "host")
+    assert host == ["regimes"]
+    timed = sorted(w["variant"] for r, w in jobs if r in TIMED_RULES)
+    assert timed == sorted(v.id for v in project.study("regimes").variants)
+    assert {w["study"] for r, w in jobs if "study" in w} == {"regimes"}
+    assert not [r for r, _ in jobs if r in ("profile", "sanitize", "device", "measurements")]
+    session = (REPO / "tools" / "gpu-session.sh").read_text()
+    assert session.index("host_timed tables") > 0  # before the rest, in the same loop
+
+
 def test_full_run_without_gpu(built_repo):
     root, proc = built_repo
     assert proc.returncode == 0, output(proc)

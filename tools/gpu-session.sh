@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One GPU session, start to end (through tools/gpu-detached.sh where commands are cut short):
-# every study's measured tables in one snakemake invocation on all GPUs, its wall time
+# every study's measured tables on all GPUs (the host-timed studies' benches first), its wall time
 # recorded, then the GPU tests: those matching the PRIORITY patterns (see tools/gpu-tests.sh)
 # on one GPU, then those that need every GPU alone, then the rest split across the GPUs (one
 # runner per GPU).
@@ -24,10 +24,14 @@ t0=$(date +%s)
 # sit idle between jobs; compute-sanitizer jobs take the lock shared and run side by side.
 # Every GPU job appends its hold of the GPU's lock to the ledger (kernelbook ledger: busy,
 # shared and idle time, by job).
-KERNELBOOK_GPU_LEDGER="$PWD/results/logs/gpu-ledger.tsv" \
-  tools/offline/gpu-host.sh python3 -m snakemake --cores "$(nproc)" --resources gpu="$((4 * ngpu))" \
-  --keep-going tables ${KERNELBOOK_STUDIES:+--config "studies=$KERNELBOOK_STUDIES"}
-rc=$?
+# The studies that time the host (their jobs take every core) go first, while every core is
+# free (the Snakefile's host_timed target); then the rest.
+rc=0
+for target in host_timed tables; do
+  KERNELBOOK_GPU_LEDGER="$PWD/results/logs/gpu-ledger.tsv" \
+    tools/offline/gpu-host.sh python3 -m snakemake --cores "$(nproc)" --resources gpu="$((4 * ngpu))" \
+    --keep-going "$target" ${KERNELBOOK_STUDIES:+--config "studies=$KERNELBOOK_STUDIES"} || rc=$?
+done
 echo "tables${KERNELBOOK_STUDIES:+ $KERNELBOOK_STUDIES}: exit $rc, $(($(date +%s) - t0)) s wall on $ngpu GPU(s), commit $KERNELBOOK_GIT_COMMIT" \
   | tee results/logs/tables-wall.txt
 tools/offline/gpu-host.sh python3 -m kernelbook ledger results/logs/gpu-ledger.tsv --top 20 \

@@ -7,6 +7,7 @@ import shlex
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 RUN_STARTED = time.time()  # a gate's log older than this run is not this run's word
 
@@ -117,6 +118,21 @@ def host_timed_threads(wildcards):
     """Every core for a job that times the host: nothing else of the run (nvcc, another
     job's start-up) competes for the CPU it times."""
     return ALL_CORES if _host_timed(wildcards) else 1
+
+
+def host_timed_targets():
+    """The bench tables of the studies that time the host (target ``host_timed``): a book run
+    makes them first, alone (tools/gpu-session.sh). Each of their jobs needs every core, and
+    once other jobs hold some, the scheduler fills each core freed with another 1-core job: an
+    H200 book run (b12f559) cut at 25.7 min had not started one of them."""
+    if not TARGET_GPU:
+        return []
+    return [
+        table
+        for name in PROJECT.studies
+        if _host_timed(SimpleNamespace(study=name))
+        for table in bench_files(SimpleNamespace(gpu=TARGET_GPU, study=name))
+    ]
 
 
 def host_timed_priority(wildcards):
