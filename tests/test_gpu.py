@@ -449,6 +449,20 @@ def test_a_size_is_timed_on_the_inputs_it_was_checked_on(tmp_path, monkeypatch):
         assert list(kept[col]) == list(again[col]), col
 
 
+def test_a_kept_case_is_timed_with_its_own_launch_set_up(tmp_path):
+    """The dynamic shared memory allowance is the kernel's, not the launch's: a size checked
+    after another leaves its own. attention's 02_fused_row holds a row of S scores in
+    shared memory, so S = 1024 timed after S = 512 was checked needs its allowance set
+    again (the book run at 18d7765: CUDA_ERROR_INVALID_VALUE)."""
+    sizes = ["B=1,H=2,S=1024,D=128,causal=0", "B=1,H=2,S=512,D=128,causal=0"]
+    out = tmp_path / "fused.parquet"
+    args = ["bench", "attention", "02_fused_row", *(a for s in sizes for a in ("--size", s))]
+    proc = kb(*args, "--out", str(out), settings=FAST)
+    assert proc.stderr.count("(inputs kept ") == len(sizes), proc.stderr
+    df = tables.read(out)
+    assert list(df["status"]) == ["ok", "ok"], df[["size", "status", "failure"]]
+
+
 def test_graph_timing_for_tiny_kernels(tmp_path):
     settings = {"timing": {"method": "graph", "cache": "warm", "min_time_s": 0.02, "max_time_s": 2}}
     df = bench(tmp_path, "02_coalescing", "128", "256", settings=settings)

@@ -451,6 +451,19 @@ class _Domain:
         return self.names
 
 
+class _NvtxState:
+    """ncu_report's INvtxState: the ids of its domains, each domain by its id."""
+
+    def __init__(self, *domains):
+        self.by_id = {7 + i: d for i, d in enumerate(domains)}
+
+    def domains(self):
+        return list(self.by_id)
+
+    def domain_by_id(self, i):
+        return self.by_id[i]
+
+
 class _Action:
     """A profiled kernel as ncu_report gives it, with the NVTX ranges it ran in."""
 
@@ -461,7 +474,7 @@ class _Action:
         return self._name
 
     def nvtx_state(self):
-        return [_Domain(list(self.ranges))]
+        return _NvtxState(_Domain([]), _Domain(list(self.ranges)))
 
 
 def test_kernels_found_by_nvtx_range_are_grouped_by_the_launch_around_them():

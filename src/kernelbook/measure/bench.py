@@ -260,7 +260,7 @@ def bench_variant(
         rows.append({**blank(s, "failed", f"{kind}: {reason}"), "failure": kind})
 
     checked: dict[str, tuple] = {}
-    kept: dict[str, tuple] = {}  # (case, run, launch) checked, kept for the size's timing
+    kept: dict[str, object] = {}  # the case checked, kept for the size's timing
     keep_left = b.keep_bytes
     spent: dict[str, float] = {}  # seconds of each size's check
     init_s = None
@@ -296,7 +296,7 @@ def bench_variant(
                 held = case_bytes(case)
                 if held <= keep_left:
                     keep_left -= held
-                    kept[problem.label(s)] = (case, run, launch)
+                    kept[problem.label(s)] = case
                 del case, run
                 b.free()
             for s in runnable:
@@ -454,14 +454,16 @@ def _beside(st) -> str:
 
 
 def _time_size(b: Bench, kernel, variant, s, checked, blank, samples=None, kept=None) -> dict:
-    """The row of size ``s``, timed on the case its check ran (``kept``: (case, run,
-    launch)), or on the same seeded inputs made again."""
+    """The row of size ``s``, timed on the case its check ran (``kept``), or on the same
+    seeded inputs made again. Its launch is set up again either way: the set-up of another
+    size since (its dynamic shared memory allowance, a kernel attribute) must not be the
+    one this size launches with."""
     study, problem = b.study, b.problem
     result, _, reference = checked
     where = b.where(variant, s)
     began = time.monotonic()
     if kept is not None:
-        case, run, launch = kept
+        case = kept
         case.reset()  # its outputs as a fresh set-up leaves them
     else:
         case = problem.setup(
@@ -472,7 +474,7 @@ def _time_size(b: Bench, kernel, variant, s, checked, blank, samples=None, kept=
             reference=False,
             computes=variant.computes,
         )
-        run, launch = b.launcher(kernel, variant, s, case)
+    run, launch = b.launcher(kernel, variant, s, case)
     # the check's reference comes back instead of a second float64 computation
     case.reference = {k: b.cp.asarray(v) for k, v in reference.items()}
     # where the set-up goes, for the log

@@ -469,6 +469,12 @@ def _ranged_run(project, study, entries, report_dir: Path, context, log):
     except (ProfileError, ToolTimeout) as e:
         log(f"{where}: one ncu run for them failed, a process a size now: {e}")
         return [], entries
+    except Exception as e:  # the shared run only saves start-ups: its fallback measures the same
+        log(
+            f"{where}: reading the one ncu run failed, a process a size now: "
+            f"{type(e).__name__}: {e}"
+        )
+        return [], entries
     for job, variant, _, todo, markers in batch:
         rows += markers + _shared_rows(project, study, context, log, report, each, share,
                                        [(job, variant, todo)])  # fmt: skip

@@ -89,8 +89,9 @@ def read_report_all(path: Path) -> tuple[str, list[tuple[str, float | None, str 
 def launch_of(action) -> int | None:
     """The launch a profiled kernel belongs to: the number of the NVTX_LAUNCH range around
     it (None where there is none)."""
-    for domain in action.nvtx_state() or ():  # None: ncu ran without --nvtx
-        for name in domain.push_pop_ranges():
+    state = action.nvtx_state()  # None: ncu ran without --nvtx
+    for domain in state.domains() if state is not None else ():  # the domains' ids
+        for name in state.domain_by_id(domain).push_pop_ranges():
             if name.startswith(NVTX_LAUNCH) and name[len(NVTX_LAUNCH) :].isdigit():
                 return int(name[len(NVTX_LAUNCH) :])
     return None
