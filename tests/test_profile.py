@@ -17,7 +17,7 @@ import pytest
 
 from kernelbook import gate
 from kernelbook.profile import ncu as profile
-from kernelbook.profile import roofline, sanitize
+from kernelbook.profile import ncu_read, roofline, sanitize
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 REPORT = FIXTURES / "sgemm_02_256.ncu-rep"
@@ -500,3 +500,26 @@ def test_kernels_found_by_nvtx_range_are_grouped_by_the_launch_around_them():
     ncu_report = profile.import_ncu_report()
     real = ncu_report.load_report(str(REPORT)).range_by_idx(0).action_by_idx(0)
     assert profile.launch_of(real) is None
+
+
+# A ranged run's report from the H200 (the book run at 86f5f04): decode_gemm's 04_split_k at
+# its two profiled sizes, each launch a split-K kernel and its combine kernel.
+RANGED_REPORT = FIXTURES / "decode_gemm_04_ranged.ncu-rep"
+
+
+def test_a_real_ranged_report_is_read_launch_by_launch():
+    ncu_report = profile.import_ncu_report()
+    got = ncu_report.load_report(str(RANGED_REPORT)).range_by_idx(0)
+    actions = [got.action_by_idx(i) for i in range(got.num_actions())]
+    assert [profile.launch_of(a) for a in actions] == [0, 0, 1, 1]
+    each = profile.read_report_by_launch(RANGED_REPORT, 2, "decode_gemm")
+    assert [name for name, _ in each] == ["decode_split_k; decode_split_k_combine"] * 2
+    # a launch's time is its two kernels' together
+    alone = [
+        next(v for n, v, _ in m if n == "gpu__time_duration.sum")
+        for _, m in ncu_read.read_report_each(RANGED_REPORT)
+    ]
+    both = [next(v for n, v, _ in m if n == "gpu__time_duration.sum") for _, m in each]
+    assert both == [alone[0] + alone[1], alone[2] + alone[3]] and min(alone) > 0
+    with pytest.raises(profile.ProfileError, match=r"no kernel profiled in launch\(es\) \[2\]"):
+        profile.read_report_by_launch(RANGED_REPORT, 3, "decode_gemm")
