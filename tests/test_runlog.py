@@ -77,6 +77,33 @@ def test_a_cut_segment_ends_at_its_last_job_and_a_resumed_run_sums_its_segments(
     assert runlog.write(tmp_path / "none", bench, tmp_path / "x.json") is None
 
 
+def test_a_segment_after_one_that_made_only_job_tables_is_not_empty_at_start(tmp_path):
+    """A book run's first invocation makes only the host-timed studies' bench tables (no
+    study's measurements yet): the next one began on them, so the run is counted from the
+    first (the H200 run at 18d7765 lost its first 135 s from its wall time)."""
+    runs = tmp_path / "results" / "h200" / "runs"
+    first = runlog.begin(runs, "abc", [], [], ["regimes"])
+    assert json.loads(first.read_text())["empty_at_start"]
+    runlog.end(first, runlog.COMPLETE)
+    first.rename(runs / "00000000T000000-1.json")  # a name of its own within the second
+    table = tmp_path / "results" / "h200" / "regimes" / "bench" / "01_scale_eager.parquet"
+    table.parent.mkdir(parents=True)
+    table.write_bytes(b"PAR1")
+    second = runlog.begin(runs, "abc", [], [], ["regimes"])
+    assert not json.loads(second.read_text())["empty_at_start"]
+    runlog.end(second, runlog.COMPLETE)
+    run = runlog.summary(runlog.segments(runs))
+    assert run["segments"] == 2 and run["from_empty"] and run["complete"]
+    # a record written before: both said empty; the first one's job still there says not
+    for p in runs.glob("*.json"):
+        p.write_text(json.dumps({**json.loads(p.read_text()), "empty_at_start": True}))
+    benchmarks = tmp_path / "results" / "benchmarks"
+    assert runlog.summary(runlog.segments(runs, benchmarks))["segments"] == 1
+    began = json.loads((runs / "00000000T000000-1.json").read_text())["started"]
+    _job(benchmarks, "regimes_01", began)
+    assert runlog.summary(runlog.segments(runs, benchmarks))["segments"] == 2
+
+
 def test_a_measuring_snakemake_run_records_its_segment(tmp_path):
     """Snakemake's onstart opens the segment and onsuccess closes it (a run for a GPU model
     of the config: results/<gpu>/runs/); a run that measures for no GPU records nothing."""

@@ -41,7 +41,9 @@ def begin(folder: str | Path, commit: str, gpus: list[str], argv: list[str], stu
         "gpus": list(gpus),
         "argv": list(argv),  # the snakemake command line
         "studies": list(studies),  # the config's studies for this invocation
-        "empty_at_start": not any(folder.parent.glob("*/measurements.parquet")),
+        # no measured table of this GPU yet: a study's measurements, or one job's (a book
+        # run's first invocation makes only the host-timed studies' bench tables)
+        "empty_at_start": not any(folder.parent.rglob("*.parquet")),
     }
     path.write_text(json.dumps(record, indent=1) + "\n")
     return path
@@ -82,6 +84,12 @@ def segments(folder: str | Path, benchmarks: str | Path | None = None) -> list[d
             r.update(status=CUT, ended=last or r["started"])
             r["ended_at"] = _iso(r["ended"])
             r["wall_s"] = r["ended"] - r["started"]
+        if out and r.get("empty_at_start") and benchmarks:
+            # a job of the segment before, whose record is still here: results/ was not
+            # emptied (a record written before begin() counted one job's tables as measured)
+            prev = out[-1]
+            done = _last_job_end(Path(benchmarks), prev["started"], prev["ended"] + 1e-3)
+            r["empty_at_start"] = done is None
         out.append(r)
     return out
 
