@@ -76,16 +76,25 @@ def _static_smem(vid: str) -> int | None:
     return None
 
 
+def _spill_budget(v) -> int:
+    """Bytes of spills a candidate may have: none, but for 10's prefetching ones held to 128
+    registers (MIN_BLOCKS 4), which trade a few spilled words (25 with ptxas 13.0) for 16
+    warps an SM; the tune space measures that trade."""
+    d = v.defines
+    return 160 if d.get("PREFETCH") == 1 and d.get("MIN_BLOCKS") == 4 else 0
+
+
 @pytest.mark.parametrize("vid", PLAIN + CANDIDATES)
 def test_sgemm_compiles_without_spills(built, vid):
     res = built[vid]
     r = res.resources
     v = SGEMM.variant(vid)
     assert r.function == v.entry
-    assert r.spill_store_bytes == 0 and r.spill_load_bytes == 0, res.log
-    assert r.stack_bytes == 0
+    budget = _spill_budget(v)
+    assert r.spill_store_bytes <= budget and r.spill_load_bytes <= budget, res.log
+    assert r.stack_bytes <= budget
     ops = {op.split(".")[0] for op in res.sass}
-    assert not ops & {"LDL", "STL"}  # no local memory
+    assert budget or not ops & {"LDL", "STL"}  # no local memory
     assert "FFMA" in ops
     size = SGEMM.headline
     threads = math.prod(v.launch(size).block)

@@ -39,6 +39,12 @@
 // with MIN_BLOCKS=2 fits 128 without spills). On the H200 occupancy wins over in-warp latency
 // hiding: the best prefetching candidate (64x128x16) ran at 41.9 TFLOP/s, the one-block
 // 128x128 ones at 26-33. The worklog's autotuning table keeps every candidate.
+// PREFETCH 1 with MIN_BLOCKS 4 (the 64x128 tile, GROUP_M 8) is back in the space: 10's best
+// without it (18d7765, ncu at 4096^3) issues in 82 % of cycles, FFMA 88 % of what it issues,
+// its stalls short scoreboard (0.47 a issue), long scoreboard (0.36: the LDG between the two
+// barriers, with nothing to overlap) and the barrier (0.28). Held to 128 registers, ptxas
+// spills 25 words (SASS: ~14 LDL and 2 STL.64 a tile, beside 1024 FFMAs) and keeps the 16
+// warps an SM; whether that beats the second barrier's bubble is for the run to measure.
 //
 // ZIGZAG (default 1): the FFMAs of a k-step walk the accumulator rows serpentine (odd rows right
 // to left), so consecutive FFMAs across a row change share their B operand. Scouted on the H200
