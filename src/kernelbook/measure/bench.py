@@ -455,9 +455,8 @@ def _beside(st) -> str:
 
 def _time_size(b: Bench, kernel, variant, s, checked, blank, samples=None, kept=None) -> dict:
     """The row of size ``s``, timed on the case its check ran (``kept``), or on the same
-    seeded inputs made again. Its launch is set up again either way: the set-up of another
-    size since (its dynamic shared memory allowance, a kernel attribute) must not be the
-    one this size launches with."""
+    seeded inputs made again; its launch set up again either way (another size's set-up
+    since changed the kernel's dynamic shared memory allowance)."""
     study, problem = b.study, b.problem
     result, _, reference = checked
     where = b.where(variant, s)
