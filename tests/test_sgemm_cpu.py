@@ -263,9 +263,10 @@ def test_stream_k_splits_tiles_across_blocks_and_leaves_its_flags_down(emu_dir, 
     v = SGEMM.variant("15_stream_k")
     d = v.defines
     # (320, 640) is 25 tiles: on 12 blocks one left over, under a quarter wave, so the last
-    # full wave is stream-K too; (256, 512) is 16: a multiple of 4 and 8 blocks
+    # full wave is stream-K too; (256, 512) is 16: a multiple of 4 and 8 blocks; K = 160 and
+    # 48 (multiples of BK) give tiles inside the matrices, the unguarded FULL loop
     shapes = [(257, 260, 36), (130, 132, 68), (64, 128, 160), (33, 35, 17), (400, 520, 40),
-              (320, 640, 36), (256, 512, 20)]  # fmt: skip
+              (320, 640, 36), (256, 512, 20), (256, 512, 48)]  # fmt: skip
     kinds = set()
     for M, N, K in shapes:
         sizes = {"M": M, "N": N, "K": K}
