@@ -14,6 +14,12 @@
 # Each call leaves a snapshot in OUT_DIR (tools/snapshot.sh: the tables, cubins and
 # Snakemake's state, less the Nsight Compute reports) and the workload's state
 # (detached.tgz); tools/restore-snapshot.py resumes a run from one on another machine.
+#
+# KERNELBOOK_RESUME=SNAPSHOT_DIR (the last call's OUT_DIR, carried along on every call): where
+# this machine has no run of its own yet (a first call, or the last machine went away
+# between calls), the snapshot is restored before the workload starts, so that the run goes
+# on from the tables it holds instead of from nothing; on a machine whose run is live it is
+# ignored, the run being newer than any snapshot of it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ $# -lt 3 ]; then
@@ -25,10 +31,21 @@ shift 2
 st=${KERNELBOOK_DETACHED_DIR:-/tmp/kernelbook-detached}
 mkdir -p "$st" "$out"
 if [ ! -f "$st/started" ]; then
+  if [ -n "${KERNELBOOK_RESUME:-}" ]; then
+    if [ ! -f "$KERNELBOOK_RESUME/snapshot.json" ]; then
+      echo "$0: KERNELBOOK_RESUME=$KERNELBOOK_RESUME holds no snapshot (no snapshot.json); nothing started" >&2
+      exit 1
+    fi
+    python3 tools/restore-snapshot.py "$KERNELBOOK_RESUME" \
+      || { echo "$0: could not resume from $KERNELBOOK_RESUME; nothing started" >&2; exit 1; }
+    echo "resumed from $KERNELBOOK_RESUME: $(cat "$KERNELBOOK_RESUME/snapshot.json")"
+  fi
   date -u +%FT%TZ > "$st/started"
   setsid nohup bash -c '"$@" > "$0/workload.log" 2>&1; echo $? > "$0/workload.rc"' \
     "$st" "$@" < /dev/null > /dev/null 2>&1 &
   echo "started: $*"
+elif [ -n "${KERNELBOOK_RESUME:-}" ]; then
+  echo "KERNELBOOK_RESUME=$KERNELBOOK_RESUME left alone: this machine's run is live (started $(cat "$st/started"))"
 fi
 end=$(($(date +%s) + secs))
 while [ "$(date +%s)" -lt "$end" ] && [ ! -f "$st/workload.rc" ]; do sleep 3; done
