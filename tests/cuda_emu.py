@@ -16,7 +16,9 @@ EMU = r"""
 #include <fstream>
 #include <math.h>
 #include <memory>
+#include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 #define __global__
 #define __device__
@@ -108,6 +110,14 @@ inline uint32_t __byte_perm(uint32_t x, uint32_t y, uint32_t s) {
   uint32_t r = 0;
   for (int i = 0; i < 4; ++i) r |= (uint32_t)((v >> (8 * ((s >> (4 * i)) & 7))) & 0xff) << (8 * i);
   return r;
+}
+// cp.async.bulk.prefetch.L2 (a hint: no data moves): each one kept as (address, bytes), so
+// that a driver can check that it lies inside the array it is meant for
+inline std::vector<std::pair<const void*, unsigned>> emu_prefetches;
+inline std::mutex emu_prefetch_mutex;
+inline void emu_l2_prefetch(const void* p, unsigned bytes) {
+  std::lock_guard<std::mutex> lock(emu_prefetch_mutex);
+  emu_prefetches.emplace_back(p, bytes);
 }
 template <class V> V __ldg(const V* p) { return *p; }
 template <class V> V __ldcs(const V* p) { return *p; }

@@ -8,6 +8,7 @@ every variant and both baselines through the bench command at small and odd shap
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -121,6 +122,7 @@ def test_study_loads_with_both_baselines_and_the_read_roof():
         "09_offset_mma": [{"MIN_BLOCKS": b, "UNR": u, "WARPS": 4} for u in (2, 4) for b in (4, 5)],
         "10_ring_persistent": [{"STAGES": 3}, {"STAGES": 6}],
         "11_ring_lean": [{"STAGES": 3}, {"STAGES": 4}],
+        "12_l2_prefetch": [{"AHEAD": a} for a in (0, 330, 660)],
     }
 
 
@@ -203,6 +205,8 @@ def test_kernels_compile_without_spills_and_convert_as_they_say(built, v):
         assert not any(op.startswith("LDG.E") and op.endswith(".128") for op in ops), sorted(ops)
     elif v.entry == "w4_offset_mma":  # W through L2 only: ld.global.nc.L1::no_allocate
         assert "LDG.E.NA.128.CONSTANT" in ops, sorted(ops)
+        # 12: the tiles' bulk L2 prefetches (09's source with W4_L2_PREFETCH); 09: none
+        assert ("UBLKPF.L2" in ops) == v.id.startswith("12_"), (v.id, sorted(ops))
     else:
         assert "LDG.E.EF.128" in ops, sorted(ops)  # W streamed: 16-byte ld.global.cs
     converts = {op for op in ops if op.startswith("I2F")}
@@ -260,6 +264,14 @@ int main(int argc, char** argv) {
   const dim3 grid{(unsigned)atoi(argv[9]), 1, 1}, block{(unsigned)atoi(argv[10]), 1, 1};
   emu_launch(grid, block, [=] { KERNEL(M, N, K, x, Wq, S, out); });
   std::ofstream(argv[7], std::ios::binary).write(y, ny);
+  // the L2 prefetches, as "array offset bytes" lines (offsets in bytes from the array's start)
+  for (auto [p, bytes] : emu_prefetches) {
+    const char* c = (const char*)p;
+    const char *w = (const char*)Wq, *s = (const char*)S;
+    if (c >= w && c < w + nw) printf("Wq %zu %u\n", (size_t)(c - w), bytes);
+    else if (c >= s && c < s + ns) printf("S %zu %u\n", (size_t)(c - s), bytes);
+    else printf("elsewhere 0 %u\n", bytes);
+  }
   return 0;
 }
 """
@@ -300,8 +312,11 @@ def _case(sizes) -> Case:
     )
 
 
-def _emulate(emu_dir, v, sizes, grid=None, case=None):
-    exe = emu_build(emu_dir, v)
+def _emulate(emu_dir, v, sizes, grid=None, case=None, printed=None, name=None):
+    """``v`` run by the emulator at ``sizes`` (on ``grid`` blocks, default its own); what the
+    driver printed (the L2 prefetches) appended to ``printed``; ``name``: the executable's,
+    for a variant built with other defines than its own."""
+    exe = emu_build(emu_dir, v, name)
     case = case or _case(sizes)
     y = case.outputs["y"]
     files = {n: emu_dir / f"{v.id}-{n}.bin" for n in ("x", "Wq", "S", "y")}
@@ -314,6 +329,8 @@ def _emulate(emu_dir, v, sizes, grid=None, case=None):
     proc = subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     y.full[:] = np.frombuffer(files["y"].read_bytes(), dtype=np.uint16)
+    if printed is not None:
+        printed.append(proc.stdout)
     return case
 
 
@@ -356,6 +373,42 @@ def test_the_persistent_step_streams_several_tiles_a_block(emu_dir, numpy_as_cup
     sizes = {"M": 33, "N": 40, "K": 384}  # two passes over W (batch rows 0-31, then 32)
     case = _emulate(emu_dir, v, sizes, grid=2)
     assert W4.check(case, tol, f"w4a16/{vid} at 33x40x384 (emulated)").rel_err < 4e-3
+
+
+def _prefetched(printed: str) -> dict[str, list[tuple[int, int]]]:
+    out: dict[str, list[tuple[int, int]]] = {}
+    for line in printed.splitlines():
+        array, offset, nbytes = line.split()
+        out.setdefault(array, []).append((int(offset), int(nbytes)))
+    return {a: sorted(r) for a, r in out.items()}
+
+
+def test_the_prefetch_step_asks_l2_for_every_tile_once_inside_w_and_s(emu_dir, numpy_as_cupy):
+    """12's L2 prefetches (kept by the emulator, where they move nothing) at AHEAD = 0 (each
+    block its own tile), 2 and 7 (a later block's, the first AHEAD blocks' their own too, on
+    grids both longer and shorter than AHEAD): every tile's rows of W and of the scales asked
+    for exactly once, 16-byte aligned, a multiple of 16 bytes long (a ragged tile's scales
+    rounded down), nothing outside the two arrays; and the products still 09's."""
+    base = next(c for c in STUDY.candidates if c.tuned_from == "12_l2_prefetch")
+    tol = W4.tolerance({}, "bfloat16")
+    for ahead in (0, 2, 7):
+        v = dataclasses.replace(base, defines={**base.defines, "AHEAD": ahead})
+        for M, N, K in [(1, 37, 128), (3, 100, 1152), (2, 64, 256)]:
+            sizes = {"M": M, "N": N, "K": K}
+            printed: list[str] = []
+            case = _emulate(emu_dir, v, sizes, printed=printed, name=f"12-ahead{ahead}")
+            assert W4.check(case, tol, f"w4a16/12 at {M}x{N}x{K}").rel_err < 4e-3
+            got = _prefetched(printed[0])
+            assert set(got) <= {"Wq", "S"}, got  # nothing elsewhere
+            tiles = -(-N // 16)
+            rows = [min(16, N - 16 * t) for t in range(tiles)]
+            want_w = [(16 * t * K // 2, r * K // 2) for t, r in enumerate(rows)]
+            want_s = [(16 * t * K // 64, r * K // 64 // 16 * 16) for t, r in enumerate(rows)]
+            assert got["Wq"] == want_w, (ahead, sizes)
+            assert got.get("S", []) == [w for w in want_s if w[1]], (ahead, sizes)
+            for array, n in (("Wq", N * K // 2), ("S", N * K // 64)):
+                for off, nbytes in got.get(array, []):
+                    assert off % 16 == 0 and nbytes % 16 == 0 and off + nbytes <= n
 
 
 def test_the_emulated_check_fails_kernels_that_skip_rows_or_misread_nibbles(emu_dir, numpy_as_cupy):

@@ -54,6 +54,34 @@
 
 typedef float Partials[WARPS][4][4][32];  // each warp's accumulators, lane-major
 
+// W4_L2_PREFETCH (12): one thread of the block asks L2 for a whole tile's W and scales at once
+// (cp.async.bulk.prefetch: contiguous bytes, 16-byte aligned, a multiple of 16 long; a hint
+// that holds no register and no shared memory)
+#ifndef W4_L2_PREFETCH
+#define W4_L2_PREFETCH 0
+#endif
+#if W4_L2_PREFETCH
+__device__ __forceinline__ void l2_prefetch(const void* p, unsigned bytes)
+{
+#ifdef KERNELBOOK_EMU
+  if (bytes) emu_l2_prefetch(p, bytes);
+#else
+  if (bytes) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes));
+#endif
+}
+
+// tile's 16 rows of W (rows x K / 2 contiguous bytes) and of S (rows x K / 64, rounded down
+// to 16: the few bytes left are read anyway)
+__device__ __forceinline__ void l2_prefetch_tile(int tile, int N, int K,
+                                                 const unsigned* __restrict__ Wq,
+                                                 const __nv_bfloat16* __restrict__ S)
+{
+  const int n0 = tile * 16, rows = min(16, N - n0);
+  l2_prefetch(Wq + (size_t)n0 * (K / 8), (unsigned)rows * (K / 2));
+  l2_prefetch(S + (size_t)n0 * (K / 128), ((unsigned)rows * (K / 64)) & ~15u);
+}
+#endif
+
 // 16 bytes of W, through L2 only: L1 keeps x
 __device__ __forceinline__ uint4 load_w(const uint4* p)
 {
@@ -116,6 +144,15 @@ w4_offset_mma(int M, int N, int K, const __nv_bfloat16* __restrict__ x,
   __shared__ Partials part;
   const int n0 = blockIdx.x * 16;
   if (n0 >= N) return;  // the whole block
+#if W4_L2_PREFETCH
+  // the tile AHEAD blocks on (a block of a later wave: its bytes in L2 before it starts),
+  // and, in the first AHEAD blocks, which nothing prefetched, this block's own
+  if (threadIdx.x == 0) {
+    const int b = blockIdx.x;
+    if (b < AHEAD) l2_prefetch_tile(b, N, K, Wq, S);
+    if (b + AHEAD < (int)gridDim.x) l2_prefetch_tile(b + AHEAD, N, K, Wq, S);
+  }
+#endif
   if (M <= 8) w4_offset_tile<1>(part, M, N, K, 0, n0, x, Wq, S, y);
   else
     for (int m0 = 0; m0 < M; m0 += 16) w4_offset_tile<2>(part, M, N, K, m0, n0, x, Wq, S, y);
