@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import tarfile
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -278,6 +279,31 @@ def test_profiler_deltas_leave_out_what_says_nothing():
         & (prof["size"] == "4x16x4096x128x0")
     ]["value"]
     assert len(misc) == 2 and misc.max() < 0.05 and misc.max() / misc.min() > 10
+
+
+def test_profiler_deltas_leave_out_infinite_readings():
+    """ncu reads a persistent grid's launch__waves_per_multiprocessor as inf (the published
+    w4a16 study's 10_ring_persistent): a change to or from inf is no ratio, so it is left out,
+    and the finite changes beside it stay (real ncu tables)."""
+    from kernelbook.report import data as rd
+
+    d = rd.load(
+        {
+            k: v
+            for k, v in publish.published_paths(REPO / "worklogs", GPU, "w4a16").items()
+            if k in (*publish.DATA_TABLES, "meta")
+        },
+        mode="replay",
+    )
+    prof = d.table("profile")
+    waves = prof[
+        (prof["metric"] == "launch__waves_per_multiprocessor")
+        & (prof["variant"] == "10_ring_persistent")
+    ]["value"]
+    assert len(waves) and np.isinf(waves.astype(float)).all()  # what there is to leave out
+    deltas, _ = rd.metric_deltas(d, "09_offset_mma", "10_ring_persistent", top=40)
+    assert deltas and all(np.isfinite([a, b, r]).all() for _, a, b, r in deltas), deltas
+    assert "launch__waves_per_multiprocessor" not in {n for n, *_ in deltas}
 
 
 def test_the_index_counts_targets_met_and_names_the_missed():

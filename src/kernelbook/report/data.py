@@ -414,7 +414,9 @@ def metric_deltas(
         return [], size
     a = pd.to_numeric(wide.loc[prev], errors="coerce")
     b = pd.to_numeric(wide.loc[cur], errors="coerce")
-    keep = a.notna() & b.notna() & (a > 0) & (b > 0) & (a != b)
+    # finite and positive: ncu reads a persistent grid's waves an SM as inf, and a ratio
+    # with inf (or 0) in it says nothing a reader can act on
+    keep = np.isfinite(a) & np.isfinite(b) & (a > 0) & (b > 0) & (a != b)
     names = {str(n) for n in a.index}
     worth = [
         worth_comparing(str(n), max(x, y), names) for n, x, y in zip(a.index, a, b, strict=True)
