@@ -11,11 +11,11 @@
 // issues cp.async.bulk.prefetch.L2 for tile b + AHEAD: its 16 rows of W (32 KB contiguous
 // at K = 4096) and of the scales (1 KB). The prefetch holds no register and no shared
 // memory, so DRAM sees ~660 blocks' worth of 32 KB requests at once, and a block whose tile
-// was prefetched a wave earlier reads W from L2 (hit latency about a third of DRAM's). The
+// was prefetched a wave earlier reads W as L2 hits, not DRAM accesses. The
 // first AHEAD blocks, which nothing prefetched for, also prefetch their own tile, so that
 // their later groups hit L2 too; AHEAD = 0 is that alone, for every block. AHEAD is in
 // tiles: 660 is one wave at 5 blocks an SM on 132 SMs, ~21 MB of W ahead of the reads, well
-// inside the 50 MB L2.
+// inside the H200's 60 MiB L2.
 // Hypothesis: the read becomes DRAM's and L2's, not the warps' registers': >= 75 % of the
 // read ceiling at 1 x 28672 x 4096 (09: 60.7 %), which is >= 3x cuBLAS BF16 there and at
 // 1 x 128256 x 4096; at 16 x 28672 x 4096, where 09's tensor-core work is twice M = 1's,
