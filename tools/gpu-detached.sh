@@ -41,7 +41,10 @@ if [ ! -f "$st/started" ]; then
     echo "resumed from $KERNELBOOK_RESUME: $(cat "$KERNELBOOK_RESUME/snapshot.json")"
   fi
   date -u +%FT%TZ > "$st/started"
-  setsid nohup bash -c '"$@" > "$0/workload.log" 2>&1; echo $? > "$0/workload.rc"' \
+  # the status goes to a temporary file first and is renamed into place: a watcher that sees
+  # workload.rc then always reads a whole status, never the empty file a redirection opens
+  setsid nohup bash -c '"$@" > "$0/workload.log" 2>&1; echo $? > "$0/workload.rc.tmp"
+    mv "$0/workload.rc.tmp" "$0/workload.rc"' \
     "$st" "$@" < /dev/null > /dev/null 2>&1 &
   echo "started: $*"
 elif [ -n "${KERNELBOOK_RESUME:-}" ]; then
