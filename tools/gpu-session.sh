@@ -14,7 +14,11 @@ if [ -z "${KERNELBOOK_GIT_COMMIT:-}" ]; then
   echo "gpu-session.sh: set KERNELBOOK_GIT_COMMIT to the commit this tree was copied from" >&2
   exit 2
 fi
-ngpu=$(nvidia-smi -L | grep -c '^GPU')
+# The GPUs the jobs may take, as they see them (NVML, narrowed by CUDA_VISIBLE_DEVICES): the
+# run's GPU slots and the test shards follow that list, one GPU or many alike
+gpus=$(tools/offline/gpu-host.sh python3 -m kernelbook gpus) || exit 1
+read -r -d '' -a uuids <<< "$gpus"
+ngpu=${#uuids[@]}
 mkdir -p results/logs
 t0=$(date +%s)
 # KERNELBOOK_STUDIES (e.g. "[sgemm]") narrows the run to some studies of config/config.yaml;
@@ -46,7 +50,7 @@ if [ $# -gt 0 ]; then  # what the change touches, first of all (a cut session ha
 fi
 RUN=whole ONLY=1 tools/offline/gpu-host.sh tools/gpu-tests.sh "$whole"
 for ((g = 0; g < ngpu; g++)); do
-  CUDA_VISIBLE_DEVICES=$g SHARD=$g/$ngpu SKIP="$skip" tools/offline/gpu-host.sh tools/gpu-tests.sh &
+  CUDA_VISIBLE_DEVICES=${uuids[g]} SHARD=$g/$ngpu SKIP="$skip" tools/offline/gpu-host.sh tools/gpu-tests.sh &
 done
 wait
 cat results/logs/gpu-tests/summary*.tsv | awk -F'\t' '{n++; bad += ($2 != 0)} END {print n " GPU tests, " bad " failed"}'

@@ -11,7 +11,8 @@ The quick loop:
 Published worklogs:
   kernelbook check | publish | render | index | before-after | compare
 The rules' jobs: profile, sanitize, roofline, device, gather, select, stages, meta, gate,
-sanitize-gate (each is one function of the library). A run's GPU time: kernelbook ledger.
+sanitize-gate (each is one function of the library). A run's GPU time: kernelbook ledger;
+the GPUs its jobs may take here: kernelbook gpus.
 """
 
 from __future__ import annotations
@@ -250,6 +251,19 @@ def cmd_device(args) -> int:
     return 0
 
 
+def cmd_gpus(args) -> int:
+    """The GPUs this machine's jobs may take, one UUID a line (NVML, narrowed by
+    CUDA_VISIBLE_DEVICES as the jobs narrow it): what a script sizes its run by."""
+    from kernelbook import gpu
+
+    info, why = gpu.detect()
+    if info is None:
+        print(f"kernelbook gpus: no GPU to run on: {why}", file=sys.stderr)
+        return 1
+    print("\n".join(info.uuids))
+    return 0
+
+
 def cmd_gather(args) -> int:
     from kernelbook import tables, tune
     from kernelbook.report import prediction
@@ -465,6 +479,9 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("device", help="NVML facts and measured ceilings of the GPU")
     s.add_argument("--out", required=True)
     s.set_defaults(fn=cmd_device)
+
+    s = sub.add_parser("gpus", help="the GPUs jobs may take here, one UUID a line (NVML)")
+    s.set_defaults(fn=cmd_gpus)
 
     s = sub.add_parser("gather", help="concatenate per-job tables")
     s.add_argument("table")

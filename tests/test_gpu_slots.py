@@ -1,0 +1,224 @@
+"""Several GPUs on one host, on a machine without any: NVML is replaced by a module that
+answers for the GPUs $FAKE_NVML_GPUS names, and everything above it is the project's own
+code in real processes (kernelbook.gpu's detect and slots, real flock on real files, the
+`kernelbook gpus` verb that tools/gpu-session.sh sizes a run by). One GPU or several go down
+the same path: N is what NVML lists, narrowed by CUDA_VISIBLE_DEVICES."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+# pynvml's calls that kernelbook.gpu.detect makes, answering for "model:uuid,model:uuid,..."
+FAKE_PYNVML = """
+import os
+
+class NVMLError(Exception):
+    pass
+
+def _gpus():
+    spec = os.environ.get("FAKE_NVML_GPUS", "")
+    if spec == "unloaded":
+        raise NVMLError("Driver Not Loaded")
+    return [tuple(g.split(":")) for g in spec.split(",") if g]
+
+def nvmlInit():
+    _gpus()
+
+def nvmlShutdown():
+    pass
+
+def nvmlDeviceGetCount():
+    return len(_gpus())
+
+def nvmlDeviceGetHandleByIndex(i):
+    return _gpus()[i]
+
+def nvmlDeviceGetUUID(h):
+    return h[1]
+
+def nvmlDeviceGetName(h):
+    return h[0].encode()
+
+def nvmlSystemGetDriverVersion():
+    return b"580.00"
+"""
+
+H200S = "NVIDIA H200:GPU-aaaa,NVIDIA H200:GPU-bbbb,NVIDIA H200:GPU-cccc"
+
+# a job's start: take a slot, say which, hold it until told to go (a line on stdin)
+HOLD = """
+import os, sys
+from kernelbook import gpu
+try:
+    slot = gpu.acquire_slot(wait_s=float(sys.argv[1]), preload=(), shared=sys.argv[2] == "shared")
+except gpu.NoGpu as e:
+    print("NoGpu:", e, flush=True)
+    sys.exit(3)
+print(slot.uuid, slot.index, os.environ["CUDA_VISIBLE_DEVICES"], flush=True)
+sys.stdin.readline()
+"""
+
+
+@pytest.fixture
+def fake_env(tmp_path):
+    fake = tmp_path / "fake_nvml"
+    fake.mkdir()
+    (fake / "pynvml.py").write_text(FAKE_PYNVML)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELBOOK_")}
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    env.update(
+        PYTHONPATH=os.pathsep.join([str(fake), str(REPO / "src")]),
+        FAKE_NVML_GPUS=H200S,
+        KERNELBOOK_LOCK_DIR=str(tmp_path / "locks"),
+        KERNELBOOK_JOBSERVER="0",
+    )
+    return env
+
+
+def gpus(env, **extra):
+    return subprocess.run(
+        [sys.executable, "-m", "kernelbook", "gpus"],
+        env={**env, **extra}, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def test_the_gpus_verb_lists_what_jobs_may_take(fake_env):
+    proc = gpus(fake_env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["GPU-aaaa", "GPU-bbbb", "GPU-cccc"]
+    # CUDA_VISIBLE_DEVICES narrows it as it narrows the jobs: indices, in its order, or UUIDs
+    assert gpus(fake_env, CUDA_VISIBLE_DEVICES="2,0").stdout.split() == ["GPU-cccc", "GPU-aaaa"]
+    assert gpus(fake_env, CUDA_VISIBLE_DEVICES="GPU-bb").stdout.split() == ["GPU-bbbb"]
+    # one GPU: the same path, a list of one
+    one = gpus(fake_env, FAKE_NVML_GPUS="NVIDIA H200:GPU-only")
+    assert one.returncode == 0 and one.stdout.split() == ["GPU-only"]
+    # none: one line that says why, and a failing status a script stops on
+    for spec, why in [
+        ("unloaded", "NVML unavailable (NVMLError: Driver Not Loaded)"),
+        ("", "NVML found no CUDA device"),
+    ]:
+        proc = gpus(fake_env, FAKE_NVML_GPUS=spec)
+        assert proc.returncode == 1 and proc.stdout == ""
+        assert proc.stderr.strip() == f"kernelbook gpus: no GPU to run on: {why}", proc.stderr
+    proc = gpus(fake_env, CUDA_VISIBLE_DEVICES="7")
+    assert proc.returncode == 1 and "among CUDA_VISIBLE_DEVICES=7" in proc.stderr
+    mixed = "NVIDIA H200:GPU-aaaa,NVIDIA A100-SXM4-80GB:GPU-dddd"
+    proc = gpus(fake_env, FAKE_NVML_GPUS=mixed)
+    assert proc.returncode == 1 and "GPUs of different models" in proc.stderr, proc.stderr
+    assert gpus(fake_env, FAKE_NVML_GPUS=mixed, CUDA_VISIBLE_DEVICES="1").stdout.split() == [
+        "GPU-dddd"
+    ]
+
+
+class Job:
+    """A process that takes a GPU slot and holds it until let go."""
+
+    def __init__(self, env, wait_s=30.0, mode="exclusive", **extra):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", HOLD, str(wait_s), mode],
+            env={**env, **extra}, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        self.said = self.proc.stdout.readline().split()
+
+    def go(self) -> int:
+        self.proc.stdin.write("\n")
+        self.proc.stdin.flush()
+        rc = self.proc.wait(timeout=60)
+        self.proc.stdout.close()
+        self.proc.stderr.close()
+        return rc
+
+
+def test_concurrent_jobs_on_fake_gpus_take_distinct_ones_and_wait_for_a_free_one(fake_env):
+    jobs = [Job(fake_env) for _ in range(3)]
+    try:
+        got = [j.said for j in jobs]
+        # each its own GPU, made its only device
+        assert sorted(uuid for uuid, _, _ in got) == ["GPU-aaaa", "GPU-bbbb", "GPU-cccc"], got
+        assert all(visible == uuid for uuid, _, visible in got), got
+        assert sorted(int(i) for _, i, _ in got) == [0, 1, 2]
+        # a fourth finds every GPU held, and says so once its wait is up
+        late = Job(fake_env, wait_s=0.5)
+        assert late.said[0] == "NoGpu:" and "every visible GPU stayed locked" in " ".join(late.said)
+        assert late.proc.wait(timeout=60) == 3
+        late.proc.stdin.close()
+        late.proc.stdout.close()
+        late.proc.stderr.close()
+        # one job ends: a job that waits gets exactly the GPU it let go
+        freed = got[1][0]
+        waiting = subprocess.Popen(
+            [sys.executable, "-c", HOLD, "30", "exclusive"],
+            env=fake_env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        time.sleep(0.5)  # it is waiting on the locks
+        assert jobs[1].go() == 0
+        said = waiting.stdout.readline().split()
+        assert said[0] == freed and said[2] == freed, said
+        waiting.stdin.write("\n")
+        waiting.stdin.close()
+        assert waiting.wait(timeout=60) == 0
+        waiting.stdout.close()
+    finally:
+        for j in jobs:
+            if j.proc.poll() is None:
+                j.go()
+
+
+def test_checkers_share_a_fake_gpu_and_a_narrowed_host_stays_narrowed(fake_env):
+    # compute-sanitizer jobs share the first GPU; a timer takes another; a job limited to the
+    # GPU the checkers hold waits for them rather than going elsewhere
+    c1 = Job(fake_env, mode="shared")
+    c2 = Job(fake_env, mode="shared")
+    t = Job(fake_env)
+    try:
+        assert c1.said[0] == c2.said[0] == "GPU-aaaa", (c1.said, c2.said)
+        assert t.said[0] == "GPU-bbbb", t.said
+        held = Job(fake_env, wait_s=0.5, CUDA_VISIBLE_DEVICES="0")
+        assert held.said[0] == "NoGpu:", held.said
+        assert held.proc.wait(timeout=60) == 3
+        for stream in (held.proc.stdin, held.proc.stdout, held.proc.stderr):
+            stream.close()
+        # narrowed to GPU 2 by index: that GPU, whatever the others do
+        own = Job(fake_env, CUDA_VISIBLE_DEVICES="2")
+        assert own.said[0] == own.said[2] == "GPU-cccc", own.said
+        assert own.go() == 0
+    finally:
+        for j in (c1, c2, t):
+            j.go()
+
+
+def test_a_job_given_a_fake_gpu_of_another_model_measures_nothing(fake_env):
+    job = Job(fake_env, KERNELBOOK_GPU_MODEL="a100")
+    assert job.said[0] == "NoGpu:", job.said
+    text = " ".join(job.said)
+    assert "writes results for GPU model 'a100' but got NVIDIA H200 (nvidia-h200)" in text
+    assert job.proc.wait(timeout=60) == 3
+    for stream in (job.proc.stdin, job.proc.stdout, job.proc.stderr):
+        stream.close()
+    assert not list(Path(fake_env["KERNELBOOK_LOCK_DIR"]).glob("*.lock"))  # no lock taken
+
+
+def test_a_session_without_a_gpu_starts_nothing(tmp_path, fake_env):
+    """tools/gpu-session.sh sizes its run by `kernelbook gpus`: with no GPU it stops at once
+    with NVML's reason, before Snakemake or any test starts."""
+    root = tmp_path / "checkout"  # the tools and the library, no wheel folder
+    for part in ("tools", "src"):
+        shutil.copytree(REPO / part, root / part, ignore=shutil.ignore_patterns("__pycache__"))
+    env = {**fake_env, "FAKE_NVML_GPUS": "", "KERNELBOOK_GIT_COMMIT": "c0ffee"}
+    proc = subprocess.run(
+        ["bash", str(root / "tools" / "gpu-session.sh")],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stderr.strip() == "kernelbook gpus: no GPU to run on: NVML found no CUDA device"
+    assert proc.stdout == "" and not (root / "results").exists()
