@@ -492,6 +492,18 @@ def _targets(raw, shown, problem, sizes, headline, baselines) -> tuple[dict, ...
                 f"{where}: metric {t['metric']!r} is not one this study measures "
                 f"(one of {', '.join(sorted(metrics))})"
             )
+        if ("min" in t) == ("max_drop" in t):
+            raise ConfigError(
+                f"{where}: needs either 'min' (the least value, at one size) or 'max_drop' "
+                "(the most a step may lose at other sizes), not "
+                + ("both" if "min" in t else "neither")
+            )
+        if "max_drop" in t:
+            out.append(_drop_target(t, where, problem, sizes, headline, variant_ids))
+            continue
+        for key in ("sizes", "against", "why"):
+            if key in t:
+                raise ConfigError(f"{where}: {key!r} goes with 'max_drop', not with 'min'")
         if "size" in t:
             size = _complete_size(
                 t["size"], problem.size_names, f"{where}: size", problem.zero_sizes
@@ -516,3 +528,42 @@ def _targets(raw, shown, problem, sizes, headline, baselines) -> tuple[dict, ...
             }
         )
     return tuple(out)
+
+
+def _drop_target(t, where, problem, sizes, headline, variant_ids) -> dict:
+    """A ``max_drop`` target: every step held at ``sizes`` against its value at ``against``
+    (default: the headline), with the causes the config gives by variant (``why``)."""
+    for key in ("size", "variant"):
+        if key in t:
+            raise ConfigError(f"{where}: {key!r} goes with 'min'; with 'max_drop' give 'sizes'")
+    if "sizes" not in t:
+        raise ConfigError(f"{where}: 'max_drop' needs 'sizes', the sizes each step is held at")
+
+    def one(raw, what):
+        size = _complete_size(raw, problem.size_names, f"{where}: {what}", problem.zero_sizes)
+        if size not in sizes:
+            raise ConfigError(f"{where}: {what} {size} is not one of the study's sizes")
+        return size
+
+    if "against" in t:
+        against = one(t["against"], "against")
+    elif headline is not None:
+        against = headline
+    else:
+        raise ConfigError(f"{where}: no 'against', and the study has no headline to default to")
+    held = [one(s, f"sizes[{j}]") for j, s in enumerate(t["sizes"])]
+    if against in held:
+        raise ConfigError(f"{where}: sizes include {against}, the size they are held against")
+    unknown = sorted(set(t.get("why", {})) - variant_ids)
+    if unknown:
+        raise ConfigError(
+            f"{where}: why names {', '.join(map(repr, unknown))}, not a variant of the study"
+        )
+    return {
+        "metric": t["metric"],
+        "max_drop": float(t["max_drop"]),
+        "sizes": tuple(held),
+        "against": against,
+        "why": dict(t.get("why", {})),
+        "says": t.get("says", ""),
+    }

@@ -28,11 +28,7 @@ def targets_cell(found: list[dict]) -> str:
     if narrow:
         cell += f", {narrow} narrowly (within a baseline's spread)"
     if met < len(found):
-        missed = [
-            f"{t['metric']} >= {fmt(t['min'])} at {t['size']}"
-            for t in found
-            if t["verdict"] != "met"
-        ]
+        missed = [targets.short(t) for t in found if t["verdict"] != "met"]
         cell += f" (not: {'; '.join(missed)})"
     return cell
 

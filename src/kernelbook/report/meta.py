@@ -95,9 +95,20 @@ def study_meta(study, root: str | Path) -> dict:
             problem.label(study.second_headline) if study.second_headline else None
         ),
         "references": [dict(r) for r in study.references],
-        "targets": [{**t, "size": problem.label(t["size"])} for t in study.targets],
+        "targets": [_target_labels(t, problem) for t in study.targets],
         "variants": variants,
     }
+
+
+def _target_labels(t: dict, problem) -> dict:
+    """A target as study.json keeps it: its sizes as their labels."""
+    if "max_drop" in t:
+        return {
+            **t,
+            "sizes": [problem.label(s) for s in t["sizes"]],
+            "against": problem.label(t["against"]),
+        }
+    return {**t, "size": problem.label(t["size"])}
 
 
 def _tune_space(cands) -> dict[str, list[int]]:

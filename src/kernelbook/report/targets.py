@@ -3,6 +3,7 @@ for a missed one what Nsight Compute saw of the variant that came closest, at th
 
 from __future__ import annotations
 
+import math
 import re
 
 import pandas as pd
@@ -46,6 +47,9 @@ def evaluate(data: StudyData) -> list[dict]:
     base, word = baseline_label(data), copy_word(main_rows(data))
     out = []
     for t in data.meta.get("targets") or []:
+        if "max_drop" in t:
+            out.append(evaluate_drop(data, rows, t, metric_label(t["metric"], base, word)))
+            continue
         at = rows[(rows["size"] == t["size"]) & (rows["status"] == "ok")]
         if t.get("variant"):
             at = at[at["variant"] == t["variant"]]
@@ -65,6 +69,168 @@ def evaluate(data: StudyData) -> list[dict]:
             got["held"] = t["variant"]
         out.append(got)
     return out
+
+
+def short(t: dict) -> str:
+    """A target in a few words, as the index names one not met."""
+    if "max_drop" in t:
+        return f"{t['metric']} drop <= {fmt(t['max_drop'])} at {', '.join(t['sizes'])}"
+    return f"{t['metric']} >= {fmt(t['min'])} at {t['size']}"
+
+
+def evaluate_drop(data: StudyData, rows: pd.DataFrame, t: dict, label: str) -> dict:
+    """A ``max_drop`` target: each step (a variant of the config, its tuned winner for a tuned
+    one) at each of ``sizes`` against its own value at ``against``. A drop over ``max_drop`` is
+    explained by the config's ``why`` for the step, or by its grid's waves (below); met when
+    every larger drop is explained. ``drops`` lists the larger ones; ``value`` and ``held`` the
+    largest unexplained one (else the largest)."""
+    unit = " points" if t["metric"].startswith("pct_of_") else ""
+    sizes = ", ".join(t["sizes"])
+    what = (
+        f"no step loses more than {fmt(t['max_drop'])}{unit} of {label} at {sizes} "
+        f"against {t['against']}"
+    )
+    got = {**t, "what": what, "value": None, "held": None, "verdict": "not measured", "drops": []}
+    steps = [v["id"] for v in data.meta.get("variants", [])]
+    ok = rows[(rows["status"] == "ok") & rows["variant"].isin(steps)]
+    value = pd.to_numeric(ok[t["metric"]], errors="coerce") if t["metric"] in ok else None
+    if value is None:
+        return got
+    ok = ok.assign(_v=value).dropna(subset=["_v"])
+    ref = ok[ok["size"] == t["against"]].drop_duplicates("variant").set_index("variant")
+    compared = 0
+    for size in t["sizes"]:
+        here = ok[ok["size"] == size].drop_duplicates("variant").set_index("variant")
+        for v in [v for v in steps if v in ref.index and v in here.index]:
+            compared += 1
+            drop = float(ref.at[v, "_v"] - here.at[v, "_v"])
+            if drop <= t["max_drop"]:
+                continue
+            d = {"variant": v, "size": size, "at_against": float(ref.at[v, "_v"])}
+            d.update(value=float(here.at[v, "_v"]), drop=drop, why=t["why"].get(v))
+            waves = waves_cost(data, v, ref.loc[v], here.loc[v], t["against"])
+            d["waves"] = waves
+            covered = waves is not None and waves["cost"] >= drop / d["at_against"]
+            d["explained"] = "config" if d["why"] else ("waves" if covered else None)
+            got["drops"].append(d)
+    if not compared:
+        return got
+    open_ = [d for d in got["drops"] if not d["explained"]]
+    got["unexplained"] = len(open_)
+    worst = max(open_, key=lambda d: d["drop"], default=None)
+    if worst:
+        got.update(value=worst["drop"], held=f"{worst['variant']} at {worst['size']}")
+    else:
+        got["value"] = 0.0
+    got["verdict"] = "missed" if open_ else "met"
+    return got
+
+
+def _dims(text) -> int | None:
+    try:
+        n = 1
+        for x in str(text).split(","):
+            n *= int(float(x))
+        return n
+    except ValueError:
+        return None
+
+
+def waves_cost(data: StudyData, variant: str, ref: pd.Series, here: pd.Series, against: str):
+    """How many waves the variant's grid fills at ``here``'s size and at ``against``, with as
+    many blocks resident an SM as Nsight Compute found (the tightest of its occupancy limits,
+    where the variant was profiled with the same block and dynamic shared memory, and, for a
+    tuned variant, the same winner), and what the last, partial wave can cost: 1 - (waves /
+    whole waves here) / (the same at ``against``). None where any of it is not known."""
+    prof = data.table("profile")
+    if prof is None or prof.empty or "grid" not in here or "block" not in here:
+        return None
+    for col in ("block", "smem_dynamic_bytes", "tuned_from"):
+        if col in here and str(here.get(col)) != str(ref.get(col)):
+            return None  # another kernel there than the one profiled
+    sub = prof[prof["variant"] == variant]
+    val = dict(zip(sub["metric"], pd.to_numeric(sub["value"], errors="coerce"), strict=False))
+    limits = [as_float(x) for m, x in val.items() if m.startswith("launch__occupancy_limit_")]
+    limits = [x for x in limits if x]
+    sms = as_float(val.get("launch__sm_count"))
+    block = as_float(val.get("launch__block_size"))
+    if not limits or not sms or block != _dims(here["block"]):
+        return None
+    resident = min(limits)
+    blocks = {"here": _dims(here["grid"]), "against": _dims(ref["grid"])}
+    if None in blocks.values():
+        return None
+    waves = {k: b / (sms * resident) for k, b in blocks.items()}
+    fill = {k: w / math.ceil(w) for k, w in waves.items()}
+    return {
+        "blocks": blocks["here"],
+        "resident": resident,
+        "sms": sms,
+        "waves": waves["here"],
+        "waves_against": waves["against"],
+        "cost": max(0.0, 1 - fill["here"] / fill["against"]),
+    }
+
+
+def waves_text(w: dict, against: str) -> str:
+    def one(waves):
+        last = waves - int(waves)
+        if waves > 1 and 1e-3 < last < 0.999:
+            return f"{fmt(waves, 3)} waves, the last {fmt(100 * last, 2)} % full"
+        return f"{fmt(waves, 3)} waves"
+
+    return (
+        f"{fmt(w['blocks'])} blocks, {fmt(w['resident'])} resident an SM on {fmt(w['sms'])} "
+        f"SMs: {one(w['waves'])} ({against}: {one(w['waves_against'])}); the partial wave can "
+        f"cost up to {fmt(100 * w['cost'], 2)} %"
+    )
+
+
+def drop_cell(t: dict) -> str:
+    """A ``max_drop`` target's "measured" cell: the largest unexplained drop, or how many
+    steps lose more than it allows, all explained."""
+    if t["value"] is None:
+        return DASH
+    n = len(t["drops"])
+    if t["unexplained"]:
+        return f"{fmt(t['value'])} ({t['unexplained']} of {n} unexplained)"
+    return f"{n} over, all explained" if n else "none over"
+
+
+def drop_lines(t: dict) -> list[str]:
+    """The steps of a ``max_drop`` target that lose more than it allows, each with why."""
+    if not t["drops"]:
+        return []
+    unit = " points" if t["metric"].startswith("pct_of_") else ""
+    L = [
+        f"**Steps that lose more than {fmt(t['max_drop'])}{unit} at {', '.join(t['sizes'])}** "
+        f"against {t['against']}, and why:",
+        "",
+    ]
+    rows = []
+    for d in t["drops"]:
+        if d["explained"] == "config":
+            why = esc(d["why"])
+            if d["waves"]:
+                why += f" ({waves_text(d['waves'], t['against'])})"
+        elif d["explained"] == "waves":
+            why = f"the grid's waves: {waves_text(d['waves'], t['against'])}"
+        else:
+            why = "**not explained**" + (
+                f": {waves_text(d['waves'], t['against'])}, less than the drop"
+                if d["waves"]
+                else " (no profile of the same launch to count its waves)"
+            )
+        rows.append(
+            [
+                d["variant"], d["size"], fmt(d["at_against"]), fmt(d["value"]),
+                fmt(d["drop"]), why,
+            ]
+        )  # fmt: skip
+    L.append(
+        md_table(["step", "size", f"at {t['against']}", "here", "drop", "why"], rows, "llrrrl")
+    )
+    return [*L, ""]
 
 
 def profile_digest(data: StudyData, variant: str, size: str) -> str | None:
@@ -122,7 +288,7 @@ def launch_text(val: dict) -> str | None:
 def ncu_rate_text(data: StudyData, t: dict) -> str:
     """For a TFLOP/s or GB/s target: the rate Nsight Compute's kernel time gives at the
     target's size (the same work over gpu__time_duration), a second reading of the number."""
-    if t["metric"] not in ("tflops", "gbps") or t["value"] is None:
+    if "max_drop" in t or t["metric"] not in ("tflops", "gbps") or t["value"] is None:
         return ""
     prof, meas = data.table("profile"), main_rows(data)
     if prof is None or prof.empty:
@@ -152,13 +318,14 @@ def section_lines(data: StudyData, found: list[dict]) -> list[str]:
     base, word = baseline_label(data), copy_word(main_rows(data))
     rows = []
     for t in found:
+        drop = "max_drop" in t
         rows.append(
             [
-                t["size"],
-                metric_label(t["metric"], base, word),
-                f">= {fmt(t['min'])}",
+                ", ".join(t["sizes"]) + f" against {t['against']}" if drop else t["size"],
+                metric_label(t["metric"], base, word) + (" lost" if drop else ""),
+                f"<= {fmt(t['max_drop'])} unexplained" if drop else f">= {fmt(t['min'])}",
                 t["held"] or DASH,
-                fmt(t["value"]) if t["value"] is not None else DASH,
+                drop_cell(t) if drop else fmt(t["value"]) if t["value"] is not None else DASH,
                 f"**{t['verdict']}**"
                 if t["verdict"] != "met"
                 else ("met, narrowly" if t.get("narrow") else "met"),
@@ -189,9 +356,12 @@ def section_lines(data: StudyData, found: list[dict]) -> list[str]:
                 "a run, so a run of its own may fall on either side." + ncu_rate_text(data, t),
                 "",
             ]
+    for t in found:
+        if "max_drop" in t:
+            L += drop_lines(t)
     shown = set()
     for t in found:
-        if t["verdict"] != "missed":
+        if t["verdict"] != "missed" or "max_drop" in t:
             continue
         short = fmt(t["min"] - t["value"])
         line = (
