@@ -7,6 +7,7 @@ the same path: N is what NVML lists, narrowed by CUDA_VISIBLE_DEVICES."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import copy_repo
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -222,3 +224,29 @@ def test_a_session_without_a_gpu_starts_nothing(tmp_path, fake_env):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert proc.stderr.strip() == "kernelbook gpus: no GPU to run on: NVML found no CUDA device"
     assert proc.stdout == "" and not (root / "results").exists()
+
+
+def test_a_run_here_takes_as_many_gpu_jobs_at_once_as_nvml_lists_gpus(tmp_path, fake_env):
+    """Snakemake's gpu resource, where --resources does not set it, is the number of GPUs NVML
+    lists (CUDA_VISIBLE_DEVICES narrowing it), 1 without any: a real run of the real Snakefile
+    (one compile job, forced), whose scheduler says what it was given."""
+    root = copy_repo(tmp_path / "repo")
+    target = "results/build/sgemm/02_coalescing/kernel.cubin"
+    fake = fake_env["PYTHONPATH"].split(os.pathsep)[0]
+
+    def given(*extra: str, **env: str) -> int:
+        proc = subprocess.run(
+            [sys.executable, "-m", "snakemake", target, "--force", "--cores", "1", *extra],
+            cwd=root, capture_output=True, text=True, timeout=600,
+            env={**fake_env, "PYTHONPATH": os.pathsep.join([fake, str(root / "src")]), **env},
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        found = re.search(r"Provided resources: .*\bgpu=\D*(\d+)", proc.stderr)
+        assert found, proc.stderr[-3000:]
+        return int(found[1])
+
+    assert given() == 3
+    assert given(CUDA_VISIBLE_DEVICES="2,0") == 2
+    assert given(FAKE_NVML_GPUS="NVIDIA H200:GPU-only") == 1
+    assert given(FAKE_NVML_GPUS="") == 1  # no GPU: compile only, the count moot
+    assert given("--resources", "gpu=5") == 5  # what the command line says wins

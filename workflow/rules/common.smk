@@ -61,6 +61,12 @@ if GPU_MODEL:
 # The <gpu> this run measures on (results/<gpu>/...), or None: compile and render only.
 TARGET_GPU = GPU_SLUG if (GPU or GPU_MODEL) else None
 
+# GPU jobs at once on this machine: --resources gpu=N where given, else one a GPU of those
+# NVML lists (narrowed by CUDA_VISIBLE_DEVICES; each job then locks its own by UUID): one GPU
+# or several, the same path. On a cluster the scheduler hands out the GPUs, not this count.
+if "gpu" not in workflow.resource_settings.resources and workflow.local_exec:
+    workflow.register_resource("gpu", GPU.count if GPU else 1)
+
 if TARGET_GPU is None:
     print(
         f"kernelbook: no GPU here ({NO_GPU_WHY}): compiling only; bench, device, profile and "
