@@ -187,6 +187,7 @@ def test_jobs_went_through_sbatch(slurm, runs):
             "compile",
             "build_table",
             "sass_table",
+            "loop_table",
             "build_gate",
             "study_figures",
             "worklog",

@@ -23,7 +23,7 @@ from kernelbook import layout, tables, tune
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 
-GATHERS = {"build_table", "sass_table", "build_gate", "all"}
+GATHERS = {"build_table", "sass_table", "loop_table", "build_gate", "all"}
 
 
 def _published(root: Path, study: str) -> list[pd.DataFrame]:
@@ -125,6 +125,7 @@ def test_dry_run_lists_a_compile_job_per_variant(repo_copy, nogpu_args):
         "all": 1,
         "build_table": len(studies),
         "sass_table": len(studies),
+        "loop_table": len(studies),
         "build_gate": len(studies),
     }
     gathers = [rule for rule, _ in jobs if rule != "compile"]

@@ -251,6 +251,17 @@ def cmd_device(args) -> int:
     return 0
 
 
+def cmd_loops(args) -> int:
+    from kernelbook import tables
+    from kernelbook.build import loops
+
+    df = loops.table(args.study, [Path(c) for c in args.cubins])
+    tables.write(df, args.out, "loops")
+    shown = df.drop_duplicates("variant")
+    print(f"{args.study}: the hot loop of {len(shown)} of {len(args.cubins)} cubin(s)")
+    return 0
+
+
 def cmd_gpus(args) -> int:
     """The GPUs this machine's jobs may take, one UUID a line (NVML, narrowed by
     CUDA_VISIBLE_DEVICES as the jobs narrow it): what a script sizes its run by."""
@@ -479,6 +490,12 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("device", help="NVML facts and measured ceilings of the GPU")
     s.add_argument("--out", required=True)
     s.set_defaults(fn=cmd_device)
+
+    s = sub.add_parser("loops", help="each compiled variant's hot loop, from its SASS")
+    s.add_argument("study")
+    s.add_argument("out", help="the loops table (Parquet)")
+    s.add_argument("cubins", nargs="*", help="results/build/<study>/<variant>/kernel.cubin ...")
+    s.set_defaults(fn=cmd_loops)
 
     s = sub.add_parser("gpus", help="the GPUs jobs may take here, one UUID a line (NVML)")
     s.set_defaults(fn=cmd_gpus)

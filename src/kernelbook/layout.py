@@ -4,7 +4,7 @@ A path's parts may be Snakemake wildcards (``"{gpu}"``, ``"{study}"``, ``"{varia
 functions only join strings, so the same call gives a rule's pattern and a job's file.
 
     results/build/<study>/<variant>/{kernel.cubin,build.parquet,sass.parquet}   per job, no GPU
-    results/build/<study>/{build,sass}.parquet, study.json, build.ok             per study
+    results/build/<study>/{build,sass,loops}.parquet, study.json, build.ok       per study
     results/<gpu>/device.parquet                                                 per GPU
     results/<gpu>/<study>/<table>.parquet, bench.ok, sanitize.ok, worklog.md ... per study
     results/<gpu>/<study>/<kind>/<variant>.parquet          per job (bench, tuned, sweep, ...)
@@ -29,6 +29,7 @@ DATA_TABLES = (
     "device",
     "build",
     "sass",
+    "loops",
     "profile",
     "roofline",
     "sanitizer",
@@ -152,6 +153,7 @@ def result_paths(results: str | Path, gpu: str, study: str) -> dict[str, Path]:
         "device": Path(device_table(gpu, results)),
         "build": Path(build_file(study, "build.parquet", results)),
         "sass": Path(build_file(study, "sass.parquet", results)),
+        "loops": Path(build_file(study, "loops.parquet", results)),
         **{
             name: Path(study_file(gpu, study, f"{name}.parquet", results))
             for name in ("profile", "roofline", "sanitizer", "samples", "stages")

@@ -212,9 +212,12 @@ if TARGET_GPU is None:
 
 
 def build_files(kind):
+    """A study's per-job build files: ``kind``.parquet (build, sass), or a file name."""
+    name = kind if "." in kind else f"{kind}.parquet"
+
     def inputs(wildcards):
         return [
-            RL.job_build_file(wildcards.study, v, f"{kind}.parquet")
+            RL.job_build_file(wildcards.study, v, name)
             for v in job_ids(wildcards.study)
         ]
 
@@ -272,7 +275,8 @@ def stage_benchmarks(wildcards):
     gpu, name = wildcards.gpu, wildcards.study
     out = [RL.benchmark("compile", "build", name, v) for v in job_ids(name)]
     out += [
-        RL.benchmark(r, "build", name, "all") for r in ("build_table", "sass_table")
+        RL.benchmark(r, "build", name, "all")
+        for r in ("build_table", "sass_table", "loop_table")
     ]
     for v in study.variants:
         if v.is_tuned:
@@ -368,6 +372,7 @@ def all_targets():
         targets += [
             RL.build_file(name, "build.parquet"),
             RL.build_file(name, "sass.parquet"),
+            RL.build_file(name, "loops.parquet"),
         ]
         if TARGET_GPU:
             targets += [

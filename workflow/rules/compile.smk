@@ -61,6 +61,25 @@ rule sass_table:
         "{params.py} -m kernelbook gather sass {output} {input} > {log} 2>&1"
 
 
+# Each compiled variant's hot loop from its SASS (kernelbook.build.loops): instructions an
+# iteration, their mix and reuse flags, for the page's steps.
+rule loop_table:
+    input:
+        build_files("kernel.cubin"),
+    output:
+        RL.build_file("{study}", "loops.parquet"),
+    log:
+        RL.log("{study}", "loop_table.log"),
+    benchmark:
+        RL.benchmark("loop_table", "build", "{study}", "all")
+    conda:
+        "../envs/kernelbook.yaml"
+    params:
+        py=PY,
+    shell:
+        "{params.py} -m kernelbook loops {wildcards.study} {output} {input} > {log} 2>&1"
+
+
 rule build_gate:
     input:
         RL.build_file("{study}", "build.parquet"),

@@ -103,9 +103,8 @@ _SASS_FUNC = re.compile(r"^\s*Function : (\S+)")
 _SASS_INSN = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)")
 
 
-def sass_of(cubin: Path, timeout: float, where: str) -> dict[str, Counter]:
-    """cuobjdump -sass of a freshly built ``cubin``: opcode counts per function. On failure
-    the cubin is removed (it is a temporary file, never a result) and CompileError raised."""
+def sass_text(cubin: Path, timeout: float, where: str) -> str:
+    """cuobjdump -sass of ``cubin``, as text; CompileError where cuobjdump fails."""
     try:
         dump = run_tool(
             [tool("cuobjdump"), "-sass", str(cubin)],
@@ -115,12 +114,20 @@ def sass_of(cubin: Path, timeout: float, where: str) -> dict[str, Counter]:
             env=tool_env(),
         )
     except ToolTimeout as e:
-        cubin.unlink(missing_ok=True)
         raise CompileError(str(e)) from None
     if dump.returncode != 0:
-        cubin.unlink(missing_ok=True)
         raise CompileError(f"{where}: cuobjdump -sass failed: {dump.stderr.strip()}")
-    return parse_sass(dump.stdout)
+    return dump.stdout
+
+
+def sass_of(cubin: Path, timeout: float, where: str) -> dict[str, Counter]:
+    """cuobjdump -sass of a freshly built ``cubin``: opcode counts per function. On failure
+    the cubin is removed (it is a temporary file, never a result) and CompileError raised."""
+    try:
+        return parse_sass(sass_text(cubin, timeout, where))
+    except CompileError:
+        cubin.unlink(missing_ok=True)
+        raise
 
 
 def parse_sass(text: str) -> dict[str, Counter]:

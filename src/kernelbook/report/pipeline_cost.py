@@ -16,6 +16,7 @@ STAGE_OF_RULE = {
     "compile": "compile",
     "build_table": "compile",
     "sass_table": "compile",
+    "loop_table": "compile",
     "build_gate": "compile",
     "bench": "bench",
     "bench_candidates": "bench",

@@ -10,10 +10,10 @@ from kernelbook.layout import published, published_paths, result_paths
 from kernelbook.report.data import measured_dates
 
 REQUIRED = ("measurements", "device", "build", "sass", "meta")
-OPTIONAL = ("profile", "roofline", "sanitizer", "samples", "stages")
+OPTIONAL = ("profile", "roofline", "sanitizer", "samples", "stages", "loops")
 # Read by the page only, not by a study's own figures notebook: the stages table holds the
 # time of the study_figures job, so it cannot be that job's input.
-PAGE_ONLY = ("samples", "stages")
+PAGE_ONLY = ("samples", "stages", "loops")
 
 
 def _optional(page: bool) -> tuple[str, ...]:

@@ -217,6 +217,7 @@ def variant_section(
         )
         L.append("")
     L += _resources(data, v, r)
+    L += _hot_loop(data, v, r)
     L += _sanitizer(data, v, r)
     return L
 
@@ -289,6 +290,48 @@ def _resources(data, v, r) -> list[str]:
         text += " **Spills registers.**"
     if r is not None and not isnull(r.get("smem_dynamic_bytes")) and r["smem_dynamic_bytes"]:
         text += f" Dynamic shared memory at launch: {int(r['smem_dynamic_bytes'])} B."
+    return [text, ""]
+
+
+# the loop's instructions by kind, in the order a reader weighs them
+LOOP_KINDS = ("math", "shared load", "shared store", "global load", "global store", "barrier")
+
+
+def _hot_loop(data, v, r) -> list[str]:
+    """The step's hot loop from its SASS (the loops table, kernelbook.build.loops): its
+    instructions an iteration by kind, the math's share, and how much of the math carries an
+    operand-reuse flag; nothing where the step has no loop or no table."""
+    loops, b = data.table("loops"), _build_row(data, v, r)
+    if loops is None or b is None:
+        return []
+    sub = loops[loops["variant"] == b["variant"]]
+    if sub.empty:
+        return []
+    first = sub.iloc[0]
+    n = int(first["instructions"])
+    by_kind = sub.groupby("kind")["count"].sum()
+    parts = []
+    for k in (*LOOP_KINDS, "other"):
+        c = int(by_kind.get(k, 0))
+        if not c:
+            continue
+        ops = sub[sub["kind"] == k].sort_values("count", ascending=False)
+        top = ", ".join(f"{o} {int(x)}" for o, x in zip(ops["opcode"], ops["count"], strict=True))
+        part = f"{k} {c}"
+        if k == "math":
+            part += f" ({fmt(100 * c / n, 3)} %: {top})"
+        elif k != "other" and len(ops) <= 3:
+            part += f" ({top})"
+        parts.append(part)
+    where = f"{first['start']} to {first['end']} in {first['function']}"
+    if int(first["innermost_loops"]) > 1:
+        where += f", the hottest of {int(first['innermost_loops'])} innermost loops"
+    text = f"**Hot loop (SASS)** ({b['variant']}): {n} instructions an iteration ({where}): "
+    text += "; ".join(parts) + "."
+    math = sub[sub["kind"] == "math"]
+    if len(math) and int(math["count"].sum()):
+        share = 100 * int(math["reuse"].sum()) / int(math["count"].sum())
+        text += f" {fmt(share, 3)} % of the math carries an operand-reuse flag."
     return [text, ""]
 
 

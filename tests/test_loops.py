@@ -1,0 +1,171 @@
+"""A kernel's hot loop from its SASS (kernelbook.build.loops): loops found by their backward
+branches in real cuobjdump output of real nvcc builds, the hot one chosen and counted, the
+loops table of a study made by the DAG, and the line each step's section shows."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from conftest import REPO, kernelbook_cli
+
+from kernelbook import config as cfg
+from kernelbook import tables
+from kernelbook.build import loops
+from kernelbook.build.nvcc import compile_variant, sass_text
+from kernelbook.report import publish
+from kernelbook.report.markdown import fmt
+
+SGEMM = cfg.load_project_file(
+    REPO / "config" / "config.yaml", overrides={"studies": ["sgemm"]}
+).study("sgemm")
+BEST10 = "10_warptiling__BM128_BN128_BK16_WM64_WN32_WNITER2_TM4_TN8_PREFETCH0_MIN_BLOCKS1_GROUP_M0"
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
+
+
+def sass_line(addr: int, text: str) -> str:
+    return f"        /*{addr:04x}*/                   {text} ;   /* 0x000000000000 */"
+
+
+def function(name: str, body: list[tuple[int, str]]) -> str:
+    return "\n".join([f"\t\tFunction : {name}", *(sass_line(a, t) for a, t in body)])
+
+
+def test_loops_are_closed_by_backward_branches_and_the_innermost_with_most_math_is_hot():
+    text = function(
+        "k",
+        [
+            (0x00, "MOV R1, c[0x0][0x28]"),
+            # an outer loop (0x10 .. 0x90) holding an inner one (0x20 .. 0x50)
+            (0x10, "LDG.E R2, desc[UR4][R4.64]"),
+            (0x20, "FFMA R3, R2.reuse, R2, R3"),
+            (0x30, "FFMA R5, R2, R2, R5"),
+            (0x40, "@P0 BRA 0x20"),  # a continue back to the inner loop's start
+            (0x50, "@P1 BRA 0x20"),
+            (0x60, "STG.E desc[UR4][R4.64], R3"),
+            (0x70, "BAR.SYNC.DEFER_BLOCKING 0x0"),
+            (0x80, "FFMA R7, R2, R2, R7"),
+            (0x90, "@P2 BRA 0x10"),
+            # a second innermost loop with less math
+            (0xA0, "FADD R8, R8, 1"),
+            (0xB0, "LDS.128 R12, [R0]"),
+            (0xC0, "@P3 BRA 0xa0"),
+            (0xD0, "BRA 0x100"),  # forward: no loop
+            (0x100, "EXIT"),
+        ],
+    )
+    insns = loops.parse(text)["k"]
+    inner = loops.innermost_loops("k", insns)
+    assert [(lp.start, lp.end, len(lp.insns)) for lp in inner] == [(0x20, 0x50, 4), (0xA0, 0xC0, 3)]
+    hot, n = loops.hot_loop(text)
+    assert (hot.start, hot.end, n) == (0x20, 0x50, 2)
+    rows = {r["opcode"]: r for r in loops.rows("s", "v", text)}
+    assert rows["FFMA"]["count"] == 2 and rows["FFMA"]["reuse"] == 1
+    assert rows["FFMA"]["kind"] == "math" and rows["BRA"]["kind"] == "other"
+    assert {r["instructions"] for r in rows.values()} == {4}
+    assert {r["start"] for r in rows.values()} == {"0x0020"}
+    # two copies of a loop with the same math: the lean one (fewer instructions) is hot
+    two = function(
+        "k",
+        [
+            (0x00, "FFMA R1, R2, R3, R1"),
+            (0x10, "ISETP.GE.AND P0, PT, R4, R5, PT"),
+            (0x20, "@P0 BRA 0x0"),
+            (0x30, "FFMA R1, R2, R3, R1"),
+            (0x40, "@P0 BRA 0x30"),
+        ],
+    )
+    assert loops.hot_loop(two)[0].start == 0x30
+    # straight-line code has no loop, and its cubin no rows
+    assert loops.hot_loop(function("k", [(0x0, "FFMA R1, R2, R3, R1"), (0x10, "EXIT")])) == (
+        None,
+        0,
+    )
+    assert loops.rows("s", "v", function("k", [(0x0, "EXIT")])) == []
+
+
+@needs_nvcc
+def test_the_hot_loop_of_a_real_sgemm_build_is_its_unguarded_main_loop(tmp_path):
+    v = SGEMM.variant(BEST10)
+    d = v.defines
+    cubin = tmp_path / BEST10 / "kernel.cubin"
+    cubin.parent.mkdir()
+    compile_variant(v, "sm_90", ["-O3", "-lineinfo"], REPO, cubin)
+    text = sass_text(cubin, 120, BEST10)
+    hot, n = loops.hot_loop(text)
+    assert n >= 2  # the guarded copy of the loop beside the unguarded one (FULL)
+    counts = hot.ops
+    # what the source unrolls: BK k-steps of (WMITER TM) x (WNITER TN) FFMAs, and per k-step
+    # WMITER TM / 4 + WNITER TN / 4 fragment LDS.128s
+    wmiter = d["WM"] * d["WN"] // (32 * d["TM"] * d["TN"] * d["WNITER"])
+    ffma = d["BK"] * wmiter * d["TM"] * d["WNITER"] * d["TN"]
+    lds = d["BK"] * (wmiter * d["TM"] // 4 + d["WNITER"] * d["TN"] // 4)
+    assert counts["FFMA"] == ffma == 1024
+    assert counts["LDS.128"] == lds
+    assert sum(c for op, c in counts.items() if op.startswith("BAR.")) == 2
+    others = loops.innermost_loops(hot.function, loops.parse(text)[hot.function])
+    same_math = [lp for lp in others if lp.count(loops.MATH) == ffma and lp.start != hot.start]
+    assert same_math and all(len(lp.insns) > len(hot.insns) for lp in same_math)
+    # the verb: one row an opcode of that loop, the failed (empty) cubin left out
+    empty = tmp_path / "99_failed" / "kernel.cubin"
+    empty.parent.mkdir()
+    empty.write_bytes(b"")
+    out = tmp_path / "loops.parquet"
+    proc = kernelbook_cli(REPO, "loops", "sgemm", str(out), str(cubin), str(empty))
+    assert proc.returncode == 0, proc.stderr
+    assert "the hot loop of 1 of 2 cubin(s)" in proc.stdout
+    df = tables.read(out)
+    assert set(df["variant"]) == {BEST10}
+    assert dict(zip(df["opcode"], df["count"], strict=True)) == dict(counts)
+    assert (df["instructions"] == len(hot.insns)).all() and df["cubin_sha256"].nunique() == 1
+
+
+def test_a_compile_only_run_makes_each_studys_loops_table(built_repo):
+    root, proc = built_repo
+    assert proc.returncode == 0
+    build = tables.read(root / "results" / "build" / "sgemm" / "build.parquet")
+    df = tables.read(root / "results" / "build" / "sgemm" / "loops.parquet")
+    built = build[(build["status"] == "ok") & build["kind"].isin(["cuda", "triton"])]
+    # every kernel the sgemm ladder compiles has a main loop
+    assert set(df["variant"]) == set(built["variant"])
+    sha = dict(zip(built["variant"], built["cubin_sha256"], strict=True))
+    for vid, rows in df.groupby("variant"):
+        assert rows["cubin_sha256"].iloc[0] == sha[vid]
+        assert rows["count"].sum() == rows["instructions"].iloc[0]
+    assert (root / "results" / "build" / "attention" / "loops.parquet").is_file()
+
+
+@needs_nvcc
+def test_each_step_section_shows_its_hot_loop(tmp_path):
+    dest = tmp_path / "worklogs" / "nvidia-h200" / "sgemm"
+    shutil.copytree(REPO / "worklogs" / "nvidia-h200" / "sgemm" / "data", dest / "data")
+    meas = tables.read(dest / "data" / "measurements.parquet")
+    head = meas[(meas["variant"] == "10_warptiling") & (meas["size"] == "4096x4096x4096")]
+    point = json.loads(head.iloc[-1]["tune_point"])
+    winner = "10_warptiling__" + "_".join(f"{k}{v}" for k, v in point.items())
+    cubins = []
+    for vid in (winner, "06_vectorized"):
+        c = tmp_path / "build" / vid / "kernel.cubin"
+        c.parent.mkdir(parents=True)
+        compile_variant(SGEMM.variant(vid), "sm_90", ["-O3", "-lineinfo"], REPO, c)
+        cubins.append(c)
+    tables.write(loops.table("sgemm", cubins), dest / "data" / "loops.parquet", "loops")
+    page = publish.render_published(
+        tmp_path / "worklogs", "nvidia-h200", "sgemm", REPO / "analysis", dest
+    )
+    md = page.read_text()
+    df = tables.read(dest / "data" / "loops.parquet")
+    for vid in (winner, "06_vectorized"):
+        rows = df[df["variant"] == vid]
+        n = int(rows["instructions"].iloc[0])
+        math = rows[rows["kind"] == "math"]
+        line = next(ln for ln in md.splitlines() if ln.startswith(f"**Hot loop (SASS)** ({vid})"))
+        assert f": {n} instructions an iteration ({rows['start'].iloc[0]} to " in line
+        share = 100 * math["count"].sum() / n
+        assert f"math {int(math['count'].sum())} ({fmt(share, 3)} %: FFMA " in line
+        reuse = 100 * math["reuse"].sum() / math["count"].sum()
+        assert line.endswith(f"{fmt(reuse, 3)} % of the math carries an operand-reuse flag.")
+    # a step with no row in the table (01_naive here) has no such line
+    assert not [ln for ln in md.splitlines() if ln.startswith("**Hot loop (SASS)** (01_naive)")]
