@@ -71,6 +71,8 @@ def _static_smem(vid: str) -> int | None:
     stem = Path(v.source).stem
     if stem == "10_warptiling":
         return (1 + d.get("PREFETCH", 0)) * (d["BM"] * d["BK"] + d["BK"] * d["BN"]) * 4
+    if stem == "16_async_b":  # 10 built with ASYNC_B: two stages
+        return 2 * (d["BM"] * d["BK"] + d["BK"] * d["BN"]) * 4
     if stem == "12_best":
         return 0  # dynamic: the config's smem expression
     return None
@@ -177,7 +179,8 @@ GUARD = 64
 
 def _emulated_variants() -> list[str]:
     """Every plain variant without inline PTX (11 and 12 issue cp.async: GPU tests only),
-    and 10's candidates: every pair of values of BK, PREFETCH, MIN_BLOCKS and warps."""
+    10's candidates (every pair of values of BK, PREFETCH, MIN_BLOCKS and warps) and 16's
+    (its cp.async through kernels/common/cp_async.cuh, a plain copy under the emulator)."""
     plain = [v for v in PLAIN if "asm" not in (REPO / SGEMM.variant(v).source).read_text()]
 
     def factors(c):
@@ -185,7 +188,15 @@ def _emulated_variants() -> list[str]:
         warps = d["WM"] * d["WN"] // 32
         return {"BK": d["BK"], "PREFETCH": d["PREFETCH"], "MIN_BLOCKS": d["MIN_BLOCKS"], "w": warps}
 
-    return plain + pairwise_picks(SGEMM.variant("10_warptiling").candidates, factors)
+    def factors16(c):
+        d = SGEMM.variant(c).defines
+        return {"BM": d["BM"], "w": d["WM"] * d["WN"] // 32, "G": d["GROUP_M"], "TM": d["TM"]}
+
+    return (
+        plain
+        + pairwise_picks(SGEMM.variant("10_warptiling").candidates, factors)
+        + pairwise_picks(SGEMM.variant("16_async_b").candidates, factors16)
+    )
 
 
 @pytest.fixture(scope="module")

@@ -102,7 +102,13 @@
 #ifndef ZIGZAG
 #define ZIGZAG 1       // optional: 1 = the FFMAs of a k-step walk the accumulators serpentine
 #endif
-#define SMEM_STAGES ((PREFETCH) ? 2 : 1)
+#ifndef ASYNC_B
+#define ASYNC_B 0      // 16_async_b: B by cp.async, A through registers, one barrier a tile
+#endif
+#define SMEM_STAGES ((PREFETCH || ASYNC_B) ? 2 : 1)
+#if ASYNC_B
+#include "../common/cp_async.cuh"
+#endif
 
 #define WARPSIZE 32
 #define WMITER ((WM) * (WN) / (WARPSIZE * (TM) * (TN) * (WNITER)))
@@ -124,6 +130,7 @@ static_assert(NUM_THREADS % (BN / 4) == 0 && BK % (NUM_THREADS / (BN / 4)) == 0,
               "B tile: the float4 loads must cover BK x BN exactly");
 static_assert(BM % 32 == 0 && BK <= 32 && (128 / BK) % 4 == 0, "As swizzle assumptions (see AS_IDX)");
 static_assert(PREFETCH == 0 || PREFETCH == 1, "PREFETCH is 0 or 1");
+static_assert(ASYNC_B == 0 || (ASYNC_B == 1 && PREFETCH == 0), "ASYNC_B is 0, or 1 without PREFETCH");
 static_assert(GROUP_M >= 0 && (ZIGZAG == 0 || ZIGZAG == 1), "GROUP_M >= 0, ZIGZAG 0 or 1");
 static_assert(SMEM_STAGES * (BM * BK + BK * BN) * 4 <= 48 * 1024, "static shared memory over 48 KiB");
 
@@ -258,6 +265,68 @@ sgemm_warptiling(int M, int N, int K, float alpha, const float* __restrict__ A,
     };
 
     const int numTiles = (K + BK - 1) / BK;
+#if ASYNC_B
+    // 16_async_b: tile k0's B straight into shared stage st by cp.async (16 bytes a copy, zeros
+    // outside B: N % 4 == 0, so a float4 is all in or all out), no registers on the way
+    auto copy_b = [&](int k0, int st, auto full) {
+        float* bs = Bs + st * BK * BN;
+#pragma unroll
+        for (int l = 0; l < loadsB; ++l) {
+            const int r = innerRowB + l * strideB, gr = k0 + r, gc = colBase + innerColB * 4;
+            const bool ok = decltype(full)::value || (gr < K && gc < N);
+            copy16(&bs[r * BN + innerColB * 4], ok ? &B[gr * N + gc] : B, ok);
+        }
+        commit_copies();
+    };
+    // A's float4s of tile k0 into registers (ra), as load_tile does, without B's
+    auto load_a = [&](int k0, auto full) {
+#pragma unroll
+        for (int l = 0; l < loadsA; ++l) {
+            const int gr = rowBase + innerRowA + l * strideA, gc = k0 + innerColA * 4;
+            if (decltype(full)::value) {
+                ra[l] = *reinterpret_cast<const float4*>(&A[gr * K + gc]);
+            } else {
+                ra[l] = make_float4(0.f, 0.f, 0.f, 0.f);
+                if (gr < M && gc < K) ra[l] = *reinterpret_cast<const float4*>(&A[gr * K + gc]);
+            }
+        }
+    };
+    auto store_a = [&](int st) {
+        float* as = As + st * BK * BM;
+#pragma unroll
+        for (int l = 0; l < loadsA; ++l) {
+            const int r = innerRowA + l * strideA;
+            as[AS_IDX(innerColA * 4 + 0, r)] = ra[l].x;
+            as[AS_IDX(innerColA * 4 + 1, r)] = ra[l].y;
+            as[AS_IDX(innerColA * 4 + 2, r)] = ra[l].z;
+            as[AS_IDX(innerColA * 4 + 3, r)] = ra[l].w;
+        }
+    };
+    // tile t lives in stage t & 1. Iteration t: issue tile t+1 (B's copies, A's loads), compute
+    // tile t while they fly, store A's registers, wait for this thread's copies, one barrier.
+    // Stage (t+1) & 1 was last read by compute(t-1), which every warp finished before the
+    // barrier that ended iteration t-1: writing it in iteration t is safe.
+    auto main_loop = [&](auto full) {
+        copy_b(0, 0, full);
+        load_a(0, full);
+        store_a(0);
+        wait_copies<0>();
+        __syncthreads();
+        for (int t = 0; t < numTiles; ++t) {
+            const bool more = t + 1 < numTiles;
+            if (more) {
+                copy_b((t + 1) * BK, (t + 1) & 1, full);
+                load_a((t + 1) * BK, full);
+            }
+            compute(t & 1);
+            if (more) {
+                store_a((t + 1) & 1);
+                wait_copies<0>();
+                __syncthreads();   // tile t+1 whole and visible; tile t read by every warp
+            }
+        }
+    };
+#else
     auto main_loop = [&](auto full) {
         load_tile(0, full);
         store_tile(0);
@@ -281,6 +350,7 @@ sgemm_warptiling(int M, int N, int K, float alpha, const float* __restrict__ A,
             if (more) __syncthreads();   // tile t+1 visible to every warp
         }
     };
+#endif
     if (rowBase + BM <= M && colBase + BN <= N && K % BK == 0)
         main_loop(Bool<true>{});
     else
