@@ -2,13 +2,18 @@
 instruction by instruction, without a GPU.
 
 cuobjdump -sass lists each function's instructions with their addresses. A backward branch
-(a BRA whose target lies at or before it) closes a loop that starts at its target; several
-branches back to one target (a `continue`) close one loop. A loop is innermost when no other
-loop lies inside it. Of a cubin's innermost loops, the hot one is the one with the most math
-instructions (FFMA, HMMA, HGMMA, ...), then the most memory instructions (a memory-bound
-kernel's loop is loads and stores), then the fewest instructions in all (of two copies of a
-loop, one with bounds checks and one without, the lean one: the one a launch inside the
-matrices runs).
+(a BRA whose target lies before it) closes a loop that starts at its target; several
+branches back to one target (a `continue`) close one loop; the branch to itself that ends
+every function (after its EXIT) is none. A loop's work is the floating-point operations of
+one pass (flops(): an FFMA 64 a warp, an HMMA.16816 4096, an HGMMA its share of 2 m n k). A
+loop that holds a loop doing a tenth of its work or more is a loop around the main one (a
+persistent grid's tile loop, with the main loop, its peeled passes and the epilogue; a
+stream-K segment loop with two copies of the main loop) and is not a candidate. Of the
+others, the hot loop is the one with the most work; without math, the most memory
+instructions (a memory-bound kernel's loop is loads and stores); then the fewest
+instructions (of two copies of a loop, one with bounds checks and one without, the lean one:
+the one a launch inside the matrices runs). A main loop may hold small loops of its own (the
+spin of an mbarrier wait, an elect loop): they count as its code, each instruction once.
 
 What a kernel engineer reads off it: the instructions an iteration and their mix (the math
 share of the issue slots the loop can use at best), its shared and global loads and stores,
@@ -33,7 +38,7 @@ import pandas as pd
 _FUNC = re.compile(r"^\s*Function : (\S+)")
 _INSN = re.compile(
     r"^\s*/\*(?P<addr>[0-9a-f]{4,})\*/\s+(?P<pred>@!?U?P[T0-9]+\s+)?"
-    r"(?P<op>[A-Z][A-Z0-9_.]*)(?P<args>[^;]*);"
+    r"(?P<op>[A-Z][A-Za-z0-9_.]*)(?P<args>[^;]*);"
 )
 _TARGET = re.compile(r"0x([0-9a-f]+)")
 
@@ -83,8 +88,51 @@ class Loop:
         return sum(base(i.op) in kinds and i.op != "HFMA2.MMA" for i in self.insns)
 
     @property
+    def work(self) -> int:
+        """Floating-point operations of one pass, a warp's share (flops())."""
+        return sum(flops(i.op) for i in self.insns)
+
+    @property
     def score(self) -> tuple[int, int, int]:
-        return (self.count(MATH), self.count(MEMORY), -len(self.insns))
+        """Most work; without math, most memory instructions; then the fewest instructions
+        (the tightest loop around that work)."""
+        work = self.work
+        return (work, 0 if work else self.count(MEMORY), -len(self.insns))
+
+    def holds(self, other: Loop) -> bool:
+        return other is not self and self.start <= other.start and other.end <= self.end
+
+
+_GMMA = re.compile(r"^[HIQ]GMMA\.(\d+)x(\d+)x(\d+)")  # HGMMA.64x128x16: a warpgroup's
+# a warp instruction's operations: 32 lanes, an FMA 2 and an add or a multiply 1 a lane,
+# twice that for a packed pair
+_LANE_OPS = {
+    "FFMA": 64, "DFMA": 64, "FMUL": 32, "FADD": 32, "DMUL": 32, "DADD": 32,
+    "HFMA2": 128, "FFMA2": 128, "HMUL2": 64, "HADD2": 64, "FMUL2": 64, "FADD2": 64,
+}  # fmt: skip
+
+
+def flops(op: str) -> int:
+    """The floating-point (or integer MMA) operations one warp's instruction does: 2 a lane
+    for an FMA, 1 for an add or a multiply, twice that for a packed pair; an MMA's 2 m n k
+    (HMMA.16816: m16 n8 k16; a warpgroup MMA's, HGMMA.64x128x16, shared by its 4 warps); 0
+    for anything else (ptxas's HFMA2.MMA register move included)."""
+    b = base(op)
+    if op == "HFMA2.MMA" or b not in MATH:
+        return 0
+    if b in ("HGMMA", "IGMMA", "QGMMA"):
+        g = _GMMA.match(op)
+        return 2 * int(g[1]) * int(g[2]) * int(g[3]) // 4 if g else 0
+    if b in ("HMMA", "IMMA", "DMMA", "BMMA"):
+        shape = op.split(".")[1] if "." in op else ""
+        if shape.startswith("16") and len(shape) >= 4:  # 16816, 1688, 16832: m16 n8 k..
+            m, n, k = 16, int(shape[2]), int(shape[3:])
+        elif len(shape) == 3 and shape.isdigit():  # 884
+            m, n, k = (int(c) for c in shape)
+        else:
+            return 0
+        return 2 * m * n * k
+    return _LANE_OPS.get(b, 0)
 
 
 def parse(text: str) -> dict[str, list[Insn]]:
@@ -102,32 +150,42 @@ def parse(text: str) -> dict[str, list[Insn]]:
     return out
 
 
-def innermost_loops(function: str, insns: list[Insn]) -> list[Loop]:
-    """The function's loops that hold no other loop, in address order."""
+def function_loops(function: str, insns: list[Insn]) -> list[Loop]:
+    """The function's loops, in address order (nested ones each on their own)."""
     ends: dict[int, int] = {}  # loop start -> its last backward branch
     for i in insns:
         if base(i.op) != "BRA":
             continue
         t = _TARGET.search(i.args)
-        if t and int(t.group(1), 16) <= i.addr:
+        if t and int(t.group(1), 16) < i.addr:
             start = int(t.group(1), 16)
             ends[start] = max(ends.get(start, i.addr), i.addr)
-    spans = sorted(ends.items())
-    inner = [
-        (s, e)
-        for s, e in spans
-        if not any((s2, e2) != (s, e) and s <= s2 and e2 <= e for s2, e2 in spans)
+    return [
+        Loop(function, s, e, [i for i in insns if s <= i.addr <= e])
+        for s, e in sorted(ends.items())
     ]
-    return [Loop(function, s, e, [i for i in insns if s <= i.addr <= e]) for s, e in inner]
 
 
 def hot_loop(text: str) -> tuple[Loop | None, int]:
-    """The hot loop of a cubin's SASS (see the module's docstring) and how many innermost
-    loops its functions have; (None, 0) for code without a loop."""
-    loops = [lp for f, insns in parse(text).items() for lp in innermost_loops(f, insns)]
+    """The hot loop of a cubin's SASS (see the module's docstring) and how many loops its
+    functions have; (None, 0) for code without a loop."""
+    loops = [lp for f, insns in parse(text).items() for lp in function_loops(f, insns)]
     if not loops:
         return None, 0
-    return max(loops, key=lambda lp: lp.score), len(loops)
+    # a loop around the main one (a persistent grid's tile loop with the main loop, its
+    # peeled passes and its epilogue; a stream-K segment loop with two copies of the main
+    # loop) is not a candidate: one that holds a loop doing a tenth of its work or more
+    inner = [lp for lp in loops if not any(lp.holds(o) and _share(o, lp) >= 0.1 for o in loops)]
+    return max(inner, key=lambda lp: lp.score), len(loops)
+
+
+def _share(inner: Loop, outer: Loop) -> float:
+    """The part of the outer loop's work (or, without math, its memory instructions) that a
+    loop inside it does."""
+    if outer.work:
+        return inner.work / outer.work
+    mem = outer.count(MEMORY)
+    return inner.count(MEMORY) / mem if mem else 0.0
 
 
 def rows(study: str, variant: str, text: str, cubin_sha256: str = "") -> list[dict]:
@@ -145,7 +203,7 @@ def rows(study: str, variant: str, text: str, cubin_sha256: str = "") -> list[di
         "start": f"{loop.start:#06x}",
         "end": f"{loop.end:#06x}",
         "instructions": len(loop.insns),
-        "innermost_loops": n,
+        "loops": n,
     }
     return [
         {**common, "opcode": op, "op": base(op), "kind": kind(op), "count": c, "reuse": reuse[op]}
@@ -171,8 +229,8 @@ def kind(op: str) -> str:
 
 
 COLUMNS = (
-    "study", "variant", "cubin_sha256", "function", "start", "end", "instructions",
-    "innermost_loops", "opcode", "op", "kind", "count", "reuse",
+    "study", "variant", "cubin_sha256", "function", "start", "end", "instructions", "loops",
+    "opcode", "op", "kind", "count", "reuse",
 )  # fmt: skip
 
 

@@ -324,8 +324,8 @@ def _hot_loop(data, v, r) -> list[str]:
             part += f" ({top})"
         parts.append(part)
     where = f"{first['start']} to {first['end']} in {first['function']}"
-    if int(first["innermost_loops"]) > 1:
-        where += f", the hottest of {int(first['innermost_loops'])} innermost loops"
+    if int(first["loops"]) > 1:
+        where += f", the hottest of {int(first['loops'])} loops"
     text = f"**Hot loop (SASS)** ({b['variant']}): {n} instructions an iteration ({where}): "
     text += "; ".join(parts) + "."
     math = sub[sub["kind"] == "math"]
