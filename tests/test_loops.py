@@ -167,10 +167,14 @@ def test_the_hot_loop_of_a_real_sgemm_build_is_its_unguarded_main_loop(tmp_path)
     empty = tmp_path / "99_failed" / "kernel.cubin"
     empty.parent.mkdir()
     empty.write_bytes(b"")
+    garbled = tmp_path / "98_garbled" / "kernel.cubin"  # cuobjdump cannot read it: named
+    garbled.parent.mkdir()
+    garbled.write_bytes(b"not a cubin")
     out = tmp_path / "loops.parquet"
-    proc = kernelbook_cli(REPO, "loops", "sgemm", str(out), str(cubin), str(empty))
+    proc = kernelbook_cli(REPO, "loops", "sgemm", str(out), str(cubin), str(empty), str(garbled))
     assert proc.returncode == 0, proc.stderr
-    assert "the hot loop of 1 of 2 cubin(s)" in proc.stdout
+    assert "the hot loop of 1 of 3 cubin(s)" in proc.stdout
+    assert "kernelbook loops: sgemm/98_garbled: cuobjdump -sass failed" in proc.stderr
     df = tables.read(out)
     assert set(df["variant"]) == {BEST10}
     assert dict(zip(df["opcode"], df["count"], strict=True)) == dict(counts)

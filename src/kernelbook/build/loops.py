@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import sys
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -244,8 +245,9 @@ def table(study: str, cubins: list[Path], timeout: float = 120.0) -> pd.DataFram
             return []
         try:
             text = sass_text(cubin, timeout, f"{study}/{cubin.parent.name}")
-        except CompileError:
-            return []  # cuobjdump could not read it: no loop to show, the build says why
+        except CompileError as e:  # no loop to show for it; the others are still read
+            print(f"kernelbook loops: {e}", file=sys.stderr)
+            return []
         digest = hashlib.sha256(cubin.read_bytes()).hexdigest()
         return rows(study, cubin.parent.name, text, digest)
 
