@@ -182,10 +182,13 @@ sgemm_warptiling(int M, int N, int K, float alpha, const float* __restrict__ A,
     const int tRow = warpRow * WM + threadRowInWarp * TM;   // + wSubRow * WSUBM + i
     const int tCol = warpCol * WN + threadColInWarp * TN;   // + wSubCol * WSUBN + j
 
-    // global -> registers: tile k0's float4s of A and B (zeros outside the matrices; a block
-    // whose tiles all lie inside, FULL, loads without a guard)
-    float4 ra[loadsA], rb[loadsB];
-    auto load_tile = [&](int k0, auto full) {
+    // global -> registers: tile k0's float4s of A (and, load_tile, of B): zeros outside the
+    // matrices; a block whose tiles all lie inside, FULL, loads without a guard
+    float4 ra[loadsA];
+#if !ASYNC_B
+    float4 rb[loadsB];
+#endif
+    auto load_a = [&](int k0, auto full) {
 #pragma unroll
         for (int l = 0; l < loadsA; ++l) {
             const int gr = rowBase + innerRowA + l * strideA, gc = k0 + innerColA * 4;
@@ -196,6 +199,10 @@ sgemm_warptiling(int M, int N, int K, float alpha, const float* __restrict__ A,
                 if (gr < M && gc < K) ra[l] = *reinterpret_cast<const float4*>(&A[gr * K + gc]);
             }
         }
+    };
+#if !ASYNC_B  // B through registers too (16_async_b copies it straight to shared memory)
+    auto load_tile = [&](int k0, auto full) {
+        load_a(k0, full);
 #pragma unroll
         for (int l = 0; l < loadsB; ++l) {
             const int gr = k0 + innerRowB + l * strideB, gc = colBase + innerColB * 4;
@@ -207,10 +214,10 @@ sgemm_warptiling(int M, int N, int K, float alpha, const float* __restrict__ A,
             }
         }
     };
+#endif
     // registers -> shared stage st: A transposed (4 scalar stores), B as it is (one float4)
-    auto store_tile = [&](int st) {
+    auto store_a = [&](int st) {
         float* as = As + st * BK * BM;
-        float* bs = Bs + st * BK * BN;
 #pragma unroll
         for (int l = 0; l < loadsA; ++l) {
             const int r = innerRowA + l * strideA;
@@ -219,10 +226,16 @@ sgemm_warptiling(int M, int N, int K, float alpha, const float* __restrict__ A,
             as[AS_IDX(innerColA * 4 + 2, r)] = ra[l].z;
             as[AS_IDX(innerColA * 4 + 3, r)] = ra[l].w;
         }
+    };
+#if !ASYNC_B
+    auto store_tile = [&](int st) {
+        store_a(st);
+        float* bs = Bs + st * BK * BN;
 #pragma unroll
         for (int l = 0; l < loadsB; ++l)
             *reinterpret_cast<float4*>(&bs[(innerRowB + l * strideB) * BN + innerColB * 4]) = rb[l];
     };
+#endif
 
     float acc[WMITER * TM][WNITER * TN];
 #pragma unroll
@@ -277,30 +290,6 @@ sgemm_warptiling(int M, int N, int K, float alpha, const float* __restrict__ A,
             copy16(&bs[r * BN + innerColB * 4], ok ? &B[gr * N + gc] : B, ok);
         }
         commit_copies();
-    };
-    // A's float4s of tile k0 into registers (ra), as load_tile does, without B's
-    auto load_a = [&](int k0, auto full) {
-#pragma unroll
-        for (int l = 0; l < loadsA; ++l) {
-            const int gr = rowBase + innerRowA + l * strideA, gc = k0 + innerColA * 4;
-            if (decltype(full)::value) {
-                ra[l] = *reinterpret_cast<const float4*>(&A[gr * K + gc]);
-            } else {
-                ra[l] = make_float4(0.f, 0.f, 0.f, 0.f);
-                if (gr < M && gc < K) ra[l] = *reinterpret_cast<const float4*>(&A[gr * K + gc]);
-            }
-        }
-    };
-    auto store_a = [&](int st) {
-        float* as = As + st * BK * BM;
-#pragma unroll
-        for (int l = 0; l < loadsA; ++l) {
-            const int r = innerRowA + l * strideA;
-            as[AS_IDX(innerColA * 4 + 0, r)] = ra[l].x;
-            as[AS_IDX(innerColA * 4 + 1, r)] = ra[l].y;
-            as[AS_IDX(innerColA * 4 + 2, r)] = ra[l].z;
-            as[AS_IDX(innerColA * 4 + 3, r)] = ra[l].w;
-        }
     };
     // tile t lives in stage t & 1. Iteration t: issue tile t+1 (B's copies, A's loads), compute
     // tile t while they fly, store A's registers, wait for this thread's copies, one barrier.
