@@ -56,6 +56,8 @@ GLOBAL_LOAD = frozenset({"LDG", "LDGSTS", "LD", "UTMALDG", "UBLKCP", "UTMAPF", "
 GLOBAL_STORE = frozenset({"STG", "ST", "UTMASTG", "RED", "ATOMG", "UTMAREDG"})
 BARRIER = frozenset({"BAR", "SYNCS", "WARPSYNC", "DEPBAR", "LDGDEPBAR", "WARPGROUP"})
 MEMORY = SHARED_LOAD | SHARED_STORE | GLOBAL_LOAD | GLOBAL_STORE
+# ptxas's idiom for a register move on the MMA pipe: an HFMA2 that does no math
+MOVE = "HFMA2.MMA"
 
 
 def base(op: str) -> str:
@@ -86,7 +88,7 @@ class Loop:
         return Counter(i.op for i in self.insns)
 
     def count(self, kinds: frozenset) -> int:
-        return sum(base(i.op) in kinds and i.op != "HFMA2.MMA" for i in self.insns)
+        return sum(base(i.op) in kinds and i.op != MOVE for i in self.insns)
 
     @property
     def work(self) -> int:
@@ -119,7 +121,7 @@ def flops(op: str) -> int:
     (HMMA.16816: m16 n8 k16; a warpgroup MMA's, HGMMA.64x128x16, shared by its 4 warps); 0
     for anything else (ptxas's HFMA2.MMA register move included)."""
     b = base(op)
-    if op == "HFMA2.MMA" or b not in MATH:
+    if op == MOVE or b not in MATH:
         return 0
     if b in ("HGMMA", "IGMMA", "QGMMA"):
         g = _GMMA.match(op)
@@ -213,7 +215,7 @@ def rows(study: str, variant: str, text: str, cubin_sha256: str = "") -> list[di
 
 
 def kind(op: str) -> str:
-    if op == "HFMA2.MMA":  # ptxas's idiom for a register move on the MMA pipe, no math
+    if op == MOVE:
         return "other"
     b = base(op)
     for name, ops in (

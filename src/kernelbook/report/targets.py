@@ -83,7 +83,7 @@ def evaluate_drop(data: StudyData, rows: pd.DataFrame, t: dict, label: str) -> d
     one) at each of ``sizes`` against its own value at ``against``. A drop over ``max_drop`` is
     explained by the config's ``why`` for the step, or by its grid's waves (below); met when
     every larger drop is explained. ``drops`` lists the larger ones; ``value`` and ``held`` the
-    largest unexplained one (else the largest)."""
+    largest unexplained one (value 0 where every one is explained)."""
     unit = " points" if t["metric"].startswith("pct_of_") else ""
     sizes = ", ".join(t["sizes"])
     what = (
@@ -91,6 +91,7 @@ def evaluate_drop(data: StudyData, rows: pd.DataFrame, t: dict, label: str) -> d
         f"against {t['against']}"
     )
     got = {**t, "what": what, "value": None, "held": None, "verdict": "not measured", "drops": []}
+    got["unit"] = unit
     steps = [v["id"] for v in data.meta.get("variants", [])]
     ok = rows[(rows["status"] == "ok") & rows["variant"].isin(steps)]
     value = pd.to_numeric(ok[t["metric"]], errors="coerce") if t["metric"] in ok else None
@@ -108,7 +109,7 @@ def evaluate_drop(data: StudyData, rows: pd.DataFrame, t: dict, label: str) -> d
                 continue
             d = {"variant": v, "size": size, "at_against": float(ref.at[v, "_v"])}
             d.update(value=float(here.at[v, "_v"]), drop=drop, why=t["why"].get(v))
-            waves = waves_cost(data, v, ref.loc[v], here.loc[v], t["against"])
+            waves = waves_cost(data, v, ref.loc[v], here.loc[v])
             d["waves"] = waves
             covered = waves is not None and waves["cost"] >= drop / d["at_against"]
             d["explained"] = "config" if d["why"] else ("waves" if covered else None)
@@ -136,12 +137,12 @@ def _dims(text) -> int | None:
         return None
 
 
-def waves_cost(data: StudyData, variant: str, ref: pd.Series, here: pd.Series, against: str):
-    """How many waves the variant's grid fills at ``here``'s size and at ``against``, with as
+def waves_cost(data: StudyData, variant: str, ref: pd.Series, here: pd.Series):
+    """How many waves the variant's grid fills at ``here``'s size and at ``ref``'s, with as
     many blocks resident an SM as Nsight Compute found (the tightest of its occupancy limits,
     where the variant was profiled with the same block and dynamic shared memory, and, for a
     tuned variant, the same winner), and what the last, partial wave can cost: 1 - (waves /
-    whole waves here) / (the same at ``against``). None where any of it is not known."""
+    whole waves here) / (the same at ``ref``'s). None where any of it is not known."""
     prof = data.table("profile")
     if prof is None or prof.empty or "grid" not in here or "block" not in here:
         return None
@@ -172,12 +173,18 @@ def waves_cost(data: StudyData, variant: str, ref: pd.Series, here: pd.Series, a
     }
 
 
+def last_wave(waves: float) -> str:
+    """'the last 88 % full' for a grid of 3.88 waves; '' for whole waves or less than one."""
+    last = waves - int(waves)
+    if waves > 1 and 1e-3 < last < 0.999:
+        return f"the last {fmt(100 * last, 2)} % full"
+    return ""
+
+
 def waves_text(w: dict, against: str) -> str:
     def one(waves):
-        last = waves - int(waves)
-        if waves > 1 and 1e-3 < last < 0.999:
-            return f"{fmt(waves, 3)} waves, the last {fmt(100 * last, 2)} % full"
-        return f"{fmt(waves, 3)} waves"
+        last = last_wave(waves)
+        return f"{fmt(waves, 3)} waves" + (f", {last}" if last else "")
 
     return (
         f"{fmt(w['blocks'])} blocks, {fmt(w['resident'])} resident an SM on {fmt(w['sms'])} "
@@ -201,9 +208,8 @@ def drop_lines(t: dict) -> list[str]:
     """The steps of a ``max_drop`` target that lose more than it allows, each with why."""
     if not t["drops"]:
         return []
-    unit = " points" if t["metric"].startswith("pct_of_") else ""
     L = [
-        f"**Steps that lose more than {fmt(t['max_drop'])}{unit} at {', '.join(t['sizes'])}** "
+        f"**Steps that lose more than {fmt(t['max_drop'])}{t['unit']} at {', '.join(t['sizes'])}** "
         f"against {t['against']}, and why:",
         "",
     ]
@@ -279,9 +285,8 @@ def launch_text(val: dict) -> str | None:
     if limits:
         text += f", {fmt(min(limits))} resident an SM"
     text += f", {fmt(waves, 3)} waves"
-    last = waves - int(waves)
-    if waves > 1 and 1e-3 < last < 0.999:
-        text += f" (the last {fmt(100 * last, 2)} % full)"
+    if last_wave(waves):
+        text += f" ({last_wave(waves)})"
     return text
 
 
