@@ -57,7 +57,7 @@ def test_a_fresh_machine_resumes_from_the_carried_snapshot(tmp_path):
     snap = tmp_path / "snap"
     proc = detached(first, tmp_path / "state1", snap, "true")
     assert proc.returncode == 0, proc.stderr
-    assert (snap / "snapshot.json").is_file() and (snap / "state.tgz").is_file()
+    assert (snap / "snapshot.json").is_file() and (snap / "state.txz").is_file()
 
     # the next machine: no run of its own; the workload sees the first machine's table
     second = checkout(tmp_path / "second")
@@ -97,5 +97,75 @@ def test_a_resume_without_a_snapshot_starts_nothing(tmp_path):
     (partial / "snapshot.json").write_text('{"commit": "c0ffee", "made_at": "now"}')
     proc = detached(root, state, tmp_path / "out", "touch", "results/ran", resume=partial)
     assert proc.returncode == 1
-    assert "no state.tgz" in proc.stderr and "could not resume" in proc.stderr, proc.stderr
+    assert "no state.txz or state.tgz" in proc.stderr, proc.stderr
+    assert "could not resume" in proc.stderr, proc.stderr
     assert not (state / "started").exists() and not (root / "results" / "ran").exists()
+
+
+def only(bindir: Path, *tools: str) -> Path:
+    """A PATH of just these commands (the host's), to run a tool where others are missing."""
+    bindir.mkdir()
+    for tool in tools:
+        found = shutil.which(tool)
+        assert found, f"{tool} not on the PATH"
+        (bindir / tool).symlink_to(found)
+    return bindir
+
+
+@pytest.mark.skipif(shutil.which("xz") is None, reason="needs xz")
+def test_a_snapshot_is_xz_or_gzip_and_restores_either_way(tmp_path):
+    root = checkout(tmp_path / "root")
+    table = root / "results" / "nvidia-h200" / "sgemm" / "bench" / "01_naive.parquet"
+    table.parent.mkdir(parents=True)
+    table.write_bytes(b"measured")
+    (root / "results" / "build" / "sgemm").mkdir(parents=True)
+    (root / "results" / "build" / "sgemm" / "kernel.cubin").write_bytes(bytes(range(256)) * 64)
+    (root / ".snakemake" / "metadata").mkdir(parents=True)
+    (root / ".snakemake" / "metadata" / "record").write_text("{}")
+    env = {**os.environ, "KERNELBOOK_GIT_COMMIT": "c0ffee"}
+    snap = tmp_path / "snap"
+    # a host without xz writes gzip parts ...
+    bare = only(tmp_path / "bare", "bash", "tar", "gzip", "dirname", "mkdir", "date", "mv", "rm")
+    proc = subprocess.run(
+        ["bash", str(root / "tools" / "snapshot.sh"), str(snap)],
+        env={**env, "PATH": str(bare)}, capture_output=True, text=True,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in snap.iterdir()) == [
+        "build.tgz", "results.tgz", "snapshot.json", "state.tgz",
+    ]  # fmt: skip
+    # ... which a later snapshot into the same folder, with xz, replaces: one file a part
+    proc = subprocess.run(
+        ["bash", str(root / "tools" / "snapshot.sh"), str(snap)],
+        env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in snap.iterdir()) == [
+        "build.txz", "results.txz", "snapshot.json", "state.txz",
+    ]  # fmt: skip
+
+    def restore(into: Path) -> list[str]:
+        return [sys.executable, str(into / "tools" / "restore-snapshot.py"), str(snap)]
+
+    for kind in ("txz", "tgz"):
+        if kind == "tgz":  # the same snapshot, gzip again
+            for part in ("results", "build", "state"):
+                subprocess.run(
+                    f"xz -dc {part}.txz | gzip > {part}.tgz && rm {part}.txz",
+                    shell=True, cwd=snap, check=True,
+                )  # fmt: skip
+        fresh = checkout(tmp_path / f"fresh-{kind}")
+        proc = subprocess.run(restore(fresh), env=env, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        assert "3 file(s)" in proc.stdout, proc.stdout
+        rel = table.relative_to(root)
+        assert (fresh / rel).read_bytes() == b"measured"
+        cubin = fresh / "results" / "build" / "sgemm" / "kernel.cubin"
+        assert cubin.read_bytes() == bytes(range(256)) * 64
+    # both kinds of one part: which is the newer cannot be told, so nothing is restored
+    shutil.copy(snap / "state.tgz", snap / "state.txz")
+    fresh = checkout(tmp_path / "fresh-both")
+    proc = subprocess.run(restore(fresh), env=env, capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert "both state.txz and state.tgz" in proc.stderr, proc.stderr
+    assert not (fresh / "results").exists()

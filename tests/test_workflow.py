@@ -639,7 +639,7 @@ def test_a_run_resumes_on_a_fresh_checkout_from_its_snapshot(clone_built, tmp_pa
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     names = {p.name for p in snap.iterdir()}
-    assert names == {"results.tgz", "build.tgz", "state.tgz", "snapshot.json"}, names
+    assert names == {"results.txz", "build.txz", "state.txz", "snapshot.json"}, names
     fresh = tmp_path / "fresh"
     shutil.copytree(
         clone_built, fresh, symlinks=True, ignore=shutil.ignore_patterns("results", ".snakemake")
@@ -650,9 +650,9 @@ def test_a_run_resumes_on_a_fresh_checkout_from_its_snapshot(clone_built, tmp_pa
             os.utime(p, (now, now))
     restore = [sys.executable, str(fresh / "tools" / "restore-snapshot.py")]
     partial = tmp_path / "partial"
-    shutil.copytree(snap, partial, ignore=shutil.ignore_patterns("state.tgz"))
+    shutil.copytree(snap, partial, ignore=shutil.ignore_patterns("state.txz"))
     refused = subprocess.run([*restore, str(partial)], env=env, capture_output=True, text=True)
-    assert refused.returncode == 1 and "no state.tgz" in refused.stderr, refused.stderr
+    assert refused.returncode == 1 and "no state.txz" in refused.stderr, refused.stderr
     assert not (fresh / "results" / "build").exists()
     other = {**env, "KERNELBOOK_GIT_COMMIT": "beef"}
     proc = subprocess.run([*restore, str(snap)], env=other, capture_output=True, text=True)

@@ -23,7 +23,10 @@ import tarfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PARTS = ("results.tgz", "build.tgz", "state.tgz")
+PARTS = ("results", "build", "state")
+# tools/snapshot.sh writes each part xz-compressed (.txz), or gzip (.tgz) where the host has
+# no xz; tarfile reads both
+SUFFIXES = (".txz", ".tgz")
 
 
 def fail(msg: str) -> None:
@@ -39,6 +42,15 @@ def current_commit() -> str:
         ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False
     )
     return proc.stdout.strip() if proc.returncode == 0 else "unknown"
+
+
+def _part(snapshot: Path, name: str) -> Path | None:
+    """The snapshot's file for one part, either compression; both at once is refused (which
+    one is the newer cannot be told from the names)."""
+    there = [snapshot / f"{name}{s}" for s in SUFFIXES if (snapshot / f"{name}{s}").is_file()]
+    if len(there) > 1:
+        fail(f"{snapshot}: both {there[0].name} and {there[1].name}; keep the one to restore")
+    return there[0] if there else None
 
 
 def restore(snapshot: Path, root: Path = ROOT) -> dict:
@@ -57,14 +69,15 @@ def restore(snapshot: Path, root: Path = ROOT) -> dict:
             f"made at commit {made_at}, this checkout is {here}: jobs whose inputs changed "
             "since will run again"
         )
-    if not (snapshot / "state.tgz").is_file():
+    found = {name: _part(snapshot, name) for name in PARTS}
+    if found["state"] is None:
         fail(
-            f"{snapshot}: no state.tgz (Snakemake's records of its outputs): without them "
-            "every job would run again; nothing restored"
+            f"{snapshot}: no state.txz or state.tgz (Snakemake's records of its outputs): "
+            "without them every job would run again; nothing restored"
         )
-    parts = [snapshot / p for p in PARTS if (snapshot / p).is_file()]
-    if not any(p.name == "results.tgz" for p in parts):
-        fail(f"{snapshot}: no results.tgz")
+    if found["results"] is None:
+        fail(f"{snapshot}: no results.txz or results.tgz")
+    parts = [p for p in found.values() if p is not None]
     restored: list[float] = []
     for part in parts:
         try:
@@ -79,7 +92,7 @@ def restore(snapshot: Path, root: Path = ROOT) -> dict:
                 tar.extractall(root, filter="tar")
                 restored += [m.mtime for m in members if m.isfile()]
         except tarfile.TarError as e:
-            fail(f"{part}: not a readable tar.gz ({e})")
+            fail(f"{part}: not a readable compressed tar ({e})")
     if not restored:
         fail(f"{snapshot}: the snapshot holds no files")
     return {"files": len(restored), "commit": made_at, "note": note}
