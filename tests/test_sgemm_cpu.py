@@ -71,7 +71,7 @@ def _static_smem(vid: str) -> int | None:
     stem = Path(v.source).stem
     if stem == "10_warptiling":
         return (1 + d.get("PREFETCH", 0)) * (d["BM"] * d["BK"] + d["BK"] * d["BN"]) * 4
-    if stem == "16_async_b":  # 10 built with ASYNC_B: two stages
+    if stem in ("16_async_b", "17_async_b_wide"):  # 10 built with ASYNC_B: two stages
         return 2 * (d["BM"] * d["BK"] + d["BK"] * d["BN"]) * 4
     if stem == "12_best":
         return 0  # dynamic: the config's smem expression
@@ -172,15 +172,19 @@ int main(int argc, char** argv) {
 """
 
 # M x N x K: below one tile, remainders in M, N and K against every tile shape, several tiles
-# (192, 260, 32): blocks inside the matrices (10's unguarded FULL path) beside edge blocks
-EMULATED = [(64, 64, 8), (130, 132, 68), (257, 260, 36), (33, 35, 17), (192, 260, 32)]
+# (192, 260, 32): blocks inside the matrices (10's unguarded FULL path) beside edge blocks;
+# (272, 264, 48) the same for 17's 256-row tiles
+EMULATED = [
+    (64, 64, 8), (130, 132, 68), (257, 260, 36), (33, 35, 17), (192, 260, 32), (272, 264, 48),
+]  # fmt: skip
 GUARD = 64
 
 
 def _emulated_variants() -> list[str]:
     """Every plain variant without inline PTX (11 and 12 issue cp.async: GPU tests only),
-    10's candidates (every pair of values of BK, PREFETCH, MIN_BLOCKS and warps) and 16's
-    (its cp.async through kernels/common/cp_async.cuh, a plain copy under the emulator)."""
+    10's candidates (every pair of values of BK, PREFETCH, MIN_BLOCKS and warps), 16's (its
+    cp.async through kernels/common/cp_async.cuh, a plain copy under the emulator) and 17's
+    (16's loop with 128 results a lane: every pair of block tile, BK and patch)."""
     plain = [v for v in PLAIN if "asm" not in (REPO / SGEMM.variant(v).source).read_text()]
 
     def factors(c):
@@ -192,10 +196,15 @@ def _emulated_variants() -> list[str]:
         d = SGEMM.variant(c).defines
         return {"BM": d["BM"], "w": d["WM"] * d["WN"] // 32, "G": d["GROUP_M"], "TM": d["TM"]}
 
+    def factors17(c):
+        d = SGEMM.variant(c).defines
+        return {"tile": (d["BM"], d["BN"]), "BK": d["BK"], "patch": (d["WNITER"], d["TM"], d["TN"])}
+
     return (
         plain
         + pairwise_picks(SGEMM.variant("10_warptiling").candidates, factors)
         + pairwise_picks(SGEMM.variant("16_async_b").candidates, factors16)
+        + pairwise_picks(SGEMM.variant("17_async_b_wide").candidates, factors17)
     )
 
 

@@ -185,7 +185,8 @@ def test_gpu_dag_tunes_then_sweeps_the_winner(repo_copy):
     study = cfg.load_project_file(repo_copy / "config" / "config.yaml").study("sgemm")
     tuned = sorted(v.id for v in study.variants if v.is_tuned)
     assert tuned == [
-        "09_autotuned", "10_warptiling", "12_best", "13_async_kmajor", "14_triton", "16_async_b"
+        "09_autotuned", "10_warptiling", "12_best", "13_async_kmajor", "14_triton", "16_async_b",
+        "17_async_b_wide",
     ]  # fmt: skip
 
     def by(rule):
