@@ -460,3 +460,42 @@ def test_the_persistent_steps_take_an_sm_a_block_where_tiles_are_equal(study):
     assert w.unmet(head) == ["D == 64"] and w.unmet(d64) == []
     (L,) = w.launches(d64, sm_count=132)
     assert L.grid == (132, 1, 1) and L.smem == (2 * 128 + 2 * 2 * 128) * 64 * 2 + 1024
+    # 17: 16 tuned (the cubic's share, the ring's depth), D = 64 only; a 3-stage ring's smem
+    t = st.variant("17_d64_tuned")
+    assert t.is_tuned and len(t.candidates) == 8
+    c = st.variant("17_d64_tuned__POLY2_STAGES3")
+    assert c.unmet(head) == ["D == 64"] and c.unmet(d64) == []
+    assert c.defines["POLY"] == 2 and c.defines["STAGES"] == 3
+    (L,) = c.launches(d64, sm_count=132)
+    assert L.grid == (132, 1, 1) and L.smem == (2 * 128 + 2 * 3 * 128) * 64 * 2 + 1024
+
+
+def test_step_17s_knob_moves_exp2s_between_the_mufu_and_the_fp32_pipe(tmp_path, study):
+    """17's POLY is the cubic's share: every POLY-th pair off the MUFU. The smaller it is, the
+    fewer MUFU.EX2 and the more FFMA in the SASS, the wgmmas the same and none serialised;
+    POLY 4 is 16's kernel: the same instruction mix."""
+    st, project = study
+    s = project.settings
+    counts, texts = {}, {}
+    for vid in (
+        "16_persistent_fma_exp2",
+        "17_d64_tuned__POLY2_STAGES2",
+        "17_d64_tuned__POLY4_STAGES2",
+        "17_d64_tuned__POLY6_STAGES2",
+    ):
+        v = st.variant(vid)
+        res = build.compile_variant(
+            v, s["arch"], list(s["nvcc_flags"]), REPO_ROOT, tmp_path / f"{vid}.cubin"
+        )
+        assert "are serialized" not in res.log, vid
+        assert res.resources.spill_store_bytes == 0 and res.resources.spill_load_bytes == 0
+        counts[vid] = {
+            op: sum(n for o, n in res.sass.items() if o.split(".")[0] == op)
+            for op in ("MUFU", "FFMA", "HGMMA")
+        }
+        texts[vid] = res.sass
+    p2, p4, p6 = (counts[f"17_d64_tuned__POLY{n}_STAGES2"] for n in (2, 4, 6))
+    assert p2["HGMMA"] == p4["HGMMA"] == p6["HGMMA"] > 0, counts
+    assert p2["MUFU"] < p4["MUFU"] < p6["MUFU"], counts
+    assert p2["FFMA"] > p4["FFMA"] > p6["FFMA"], counts
+    assert texts["17_d64_tuned__POLY4_STAGES2"] == texts["16_persistent_fma_exp2"]

@@ -41,6 +41,7 @@ VARIANTS = [
     "14_three_warpgroups",  # D = 64 only: its D = 128 sizes are skipped rows
     "15_persistent",
     "16_persistent_fma_exp2",  # D = 64 only, as 14
+    "17_d64_tuned__POLY2_STAGES3",  # 16 with half the pairs on the cubic and a 3-stage ring
 ]
 # small, both head sizes; odd S (not a multiple of any tile) and B*H > 1, causal and not
 SIZES = [
