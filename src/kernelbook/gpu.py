@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import platform
 import re
 import socket
 import sys
@@ -500,9 +501,27 @@ def _cuda_version_text(v: int) -> str:
     return f"{v // 1000}.{(v % 1000) // 10}"
 
 
+def host_cpu() -> str:
+    """The host's CPU model and its logical CPUs (/proc/cpuinfo's first model name), e.g.
+    "Intel(R) Xeon(R) Platinum 8480+, 16 logical CPUs": what host-timed rows (a call's cost
+    to its caller) and the device table's launch overheads depend on beside the GPU."""
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and value.strip():
+                model = " ".join(value.split())
+                break
+    except OSError:
+        pass
+    model = model or platform.processor() or platform.machine() or "unknown CPU"
+    return f"{model}, {os.cpu_count() or 1} logical CPUs"
+
+
 def host_provenance(root: Path) -> dict:
     return {
         "git_commit": git_commit(root),
         "hostname": socket.gethostname(),
+        "host_cpu": host_cpu(),
         "kernelbook_version": kernelbook.__version__,
     }

@@ -135,7 +135,8 @@ def provenance(data: StudyData) -> dict[str, str]:
         "compiler": f"nvcc {distinct(m, 'nvcc_version')}, {distinct(m, 'arch')}, "
         f"flags {distinct(m, 'nvcc_flags')}",
         "software": distinct(m, "software"),
-        "host": distinct(m, "hostname"),
+        "host": distinct(m, "hostname")
+        + (f" ({distinct(m, 'host_cpu')})" if distinct(m, "host_cpu") else ""),
         "kernelbook": distinct(m, "kernelbook_version"),
     }
     if build is not None:
@@ -284,6 +285,13 @@ def attention(data: StudyData, stale: list[dict] | None = None) -> list[str]:
         out.append(
             f"**{r['variant']}** at {r['size']} is INCORRECT: rel_err {fmt(r['rel_err'])} "
             f"over tolerance {fmt(r['tolerance'])}."
+        )
+    host_timed = "timing_method" in m and (m["timing_method"] == "host").any()
+    if host_timed and distinct(m, "host_cpu"):
+        out.append(
+            "The host-timed rows (timing: host) are what a call costs its caller, the host's "
+            "own work included: where the host's work is the bottleneck (launch overhead), "
+            f"they hold for this host's CPU ({esc(distinct(m, 'host_cpu'))}) and move with it."
         )
     thr = m[m["throttled"].map(is_true)]
     for _, r in thr.iterrows():
