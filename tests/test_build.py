@@ -511,3 +511,21 @@ def test_the_gpu_tiers_kernels_compiled_ahead_are_every_studys_cuda_jobs():
     assert {"01_naive", "02_coalescing"} <= listed["sgemm"]
     assert set(candidate_sample("sgemm", "10_warptiling")) <= listed["sgemm"]
     assert not any(v.startswith("14_triton") for v in listed["sgemm"])
+
+
+def test_parse_sass_keeps_a_warpgroup_mmas_shape(tmp_path):
+    """HGMMA's mnemonic carries its shape in lower case (HGMMA.64x128x16.F32.BF16): counted
+    whole, as cuobjdump prints it (the attention study's first wgmma step, built for sm_90a)."""
+    from kernelbook import config as cfg
+
+    st = cfg.load_project_file(
+        REPO / "config" / "config.yaml", overrides={"studies": ["attention"]}
+    ).study("attention")
+    v = st.variant("07_wgmma_tma")
+    res = build.compile_variant(v, v.target("sm_90"), ["-O3"], REPO, tmp_path / "k.cubin")
+    text = cuobjdump_sass(tmp_path / "k.cubin")
+    hist = build.parse_sass(text)
+    assert hist == independent_histograms(text)
+    gmma = [op for op in hist[v.entry] if op.startswith("HGMMA")]
+    assert gmma and all(re.match(r"HGMMA\.64x\d+x16\.F32\.BF16", op) for op in gmma), gmma
+    assert sum(res.sass.values()) == sum(hist[v.entry].values())

@@ -100,7 +100,9 @@ def parse_ptxas(log: str) -> dict[str, Resources]:
 
 
 _SASS_FUNC = re.compile(r"^\s*Function : (\S+)")
-_SASS_INSN = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)")
+# the whole mnemonic: upper case, digits and dots, and the lower-case shape of the Hopper
+# warpgroup MMAs (HGMMA.64x128x16.F32.BF16, QGMMA.64x128x32.F32.E4M3.E4M3)
+_SASS_INSN = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Za-z0-9_.]*)")
 
 
 def sass_text(cubin: Path, timeout: float, where: str) -> str:
