@@ -15,6 +15,7 @@ records is refused, and one made at another commit is restored with a note.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -42,6 +43,23 @@ def current_commit() -> str:
         ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False
     )
     return proc.stdout.strip() if proc.returncode == 0 else "unknown"
+
+
+def _open(part: Path) -> tarfile.TarFile:
+    """A part as a tar archive. An interpreter built without lzma cannot read .txz itself:
+    the xz tool then decompresses it (a part is tens of MB)."""
+    if part.suffix == ".txz":
+        try:
+            import lzma  # noqa: F401
+        except ImportError:
+            try:
+                proc = subprocess.run(["xz", "-dc", str(part)], capture_output=True, check=False)
+            except OSError as e:
+                fail(f"{part}: this Python has no lzma and there is no xz to read it ({e})")
+            if proc.returncode != 0:
+                fail(f"{part}: xz -dc failed: {proc.stderr.decode(errors='replace').strip()}")
+            return tarfile.open(fileobj=io.BytesIO(proc.stdout))
+    return tarfile.open(part)
 
 
 def _part(snapshot: Path, name: str) -> Path | None:
@@ -81,7 +99,7 @@ def restore(snapshot: Path, root: Path = ROOT) -> dict:
     restored: list[float] = []
     for part in parts:
         try:
-            with tarfile.open(part) as tar:
+            with _open(part) as tar:
                 members = tar.getmembers()
                 for m in members:
                     top = Path(m.name).parts[0] if Path(m.name).parts else ""
