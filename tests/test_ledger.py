@@ -34,15 +34,41 @@ def test_summary_splits_the_span_into_exclusive_shared_and_idle():
     s = ledger.summary(holds)
     assert s["span_s"] == 25
     a = s["gpus"]["GPU-a"]
-    assert a == {"exclusive_s": 18, "shared_only_s": 5, "idle_s": 2}
-    assert s["gpus"]["GPU-b"]["idle_s"] == 21
+    assert a == {"span_s": 25, "exclusive_s": 18, "shared_only_s": 5, "idle_s": 2}
+    # each GPU over its own span (another machine of a resumed run is not idle in between)
+    assert s["gpus"]["GPU-b"] == {"span_s": 4, "exclusive_s": 4, "shared_only_s": 0, "idle_s": 0}
     assert s["verbs"]["sanitize"] == {"holds": 2, "held_s": 9}
     assert s["verbs"]["bench"]["holds"] == 2
 
 
 def test_summary_clips_to_a_span():
     s = ledger.summary([hold(0, 10), hold(20, 30)], span=(5, 25))
-    assert s["gpus"]["GPU-a"] == {"exclusive_s": 10, "shared_only_s": 0, "idle_s": 10}
+    assert s["gpus"]["GPU-a"] == {
+        "span_s": 20, "exclusive_s": 10, "shared_only_s": 0, "idle_s": 10,
+    }  # fmt: skip
+
+
+def test_a_job_held_again_on_a_later_gpu_supersedes_its_earlier_holds():
+    """A run resumed on another machine: a job held on the first GPU and again on the second
+    (its outputs lost, or its inputs changed) counts once, from the second; a tuned variant's
+    two jobs (candidates, winner) are two jobs; the kept holds are what the rows cost."""
+    holds = [
+        hold(0, 10, job="bench sgemm 10 candidates"),
+        hold(10, 12, job="bench sgemm 10 winner"),
+        hold(12, 20, job="bench sgemm 11"),  # cut short with the first machine
+        hold(5000, 5010, job="bench sgemm 10 candidates", g="GPU-b"),  # inputs changed
+        hold(5010, 5012, job="bench sgemm 10 winner", g="GPU-b"),
+        hold(5012, 5020, job="bench sgemm 11", g="GPU-b"),
+        hold(5020, 5030, "shared", "sanitize sgemm", g="GPU-b"),
+        hold(20, 25, job="bench sgemm 12"),  # kept from the first machine
+    ]
+    s = ledger.summary(holds)
+    assert s["superseded"] == {"holds": 3, "held_s": 20}
+    assert s["kept"] == {"exclusive_s": 25, "shared_s": 10}
+    text = ledger.report(holds)
+    assert "superseded: 3 holds, 20 s" in text
+    assert "kept (what the tables' rows cost): exclusive 25 s (0.4 min), shared 10 s" in text
+    assert "over its 30 s, exclusive 20 s (67 %), shared only 10 s, idle 0 s (0 %)" in text
 
 
 def test_job_label_leaves_out_options_and_the_settings():
@@ -53,8 +79,11 @@ def test_job_label_leaves_out_options_and_the_settings():
     argv = ["--settings", "{}", "profile", "sgemm", "--all", "--build-dir", "results/build/sgemm",
             "--out", "p.parquet"]  # fmt: skip
     assert gpu.job_label(argv) == "profile sgemm"
+    # a tuned variant's two GPU jobs: its candidates, its winner at the study's sizes
     argv = ["bench", "sgemm", "14_triton", "--candidates", "--build-dir", "b", "--out", "t"]
-    assert gpu.job_label(argv) == "bench sgemm 14_triton"
+    assert gpu.job_label(argv) == "bench sgemm 14_triton candidates"
+    argv = ["bench", "sgemm", "14_triton", "--tuned-table", "t.parquet", "--out", "t"]
+    assert gpu.job_label(argv) == "bench sgemm 14_triton winner"
 
 
 def test_a_process_that_held_a_gpu_appends_its_hold_at_exit(tmp_path):
@@ -98,7 +127,7 @@ def test_the_ledger_verb(tmp_path, exists, capsys):
     rc = main(["ledger", str(p)])
     out = capsys.readouterr()
     if exists:
-        assert rc == 0 and "exclusive 2 s (100 %)" in out.out
+        assert rc == 0 and "exclusive 2 s (100 %)" in out.out and "over its 2 s" in out.out
     else:
         assert rc == 1 and "no ledger at" in out.err
 

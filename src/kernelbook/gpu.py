@@ -305,7 +305,9 @@ FLAGS = frozenset({"--record-failure", "--tolerate-failure", "--candidates", "--
 
 def job_label(argv) -> str:
     """The job a command line runs, in a few words: its verb, study and variant (options
-    and their values left out; --settings carries the whole config)."""
+    and their values left out; --settings carries the whole config), and which of a tuned
+    variant's two GPU jobs it is (its candidates, or its winner at the study's sizes), so
+    that each job of a run has a label of its own."""
     words, skip = [], False
     for a in argv:
         if skip:
@@ -314,7 +316,14 @@ def job_label(argv) -> str:
             skip = "=" not in a and a not in FLAGS
         else:
             words.append(a)
-    return " ".join(words[:3])
+    part = (
+        ["candidates"]
+        if "--candidates" in argv
+        else ["winner"]
+        if any(a == "--tuned-table" or a.startswith("--tuned-table=") for a in argv)
+        else []
+    )
+    return " ".join(words[:3] + part)
 
 
 def hold_ends() -> None:
