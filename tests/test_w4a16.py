@@ -50,6 +50,32 @@ def test_nibble_order_and_zero_point():
     assert list(w[:16]) == [(int(v) - 8) * 0.5 for v in q[0, :16]]
 
 
+def test_the_tiled_layout_puts_each_lanes_pieces_where_its_warp_reads_them():
+    """tile_pack: for tile T and group gi, lane 4g + t's 16 bytes of rows 16T + g, then of
+    rows 16T + 8 + g, are words 4 (4 gi + t) .. +3 of those rows; the group's scales of rows
+    16T + g and 16T + 8 + g side by side in word g; rows past N zero."""
+    rng = np.random.default_rng(5)
+    N, K = 37, 384  # three tiles, the last with 5 rows; 3 groups
+    Wq = rng.integers(0, 2**32, size=(N, K // 8), dtype=np.uint32)
+    S = rng.integers(1, 2**16, size=(N, K // 128), dtype=np.uint16)
+    Wt, St = w4a16.tile_pack(np, Wq, S)
+    T, groups = 3, K // 128
+    assert Wt.shape == (T * groups * 2 * 32 * 4,) and St.shape == (T * groups * 16,)
+    Wt, St = Wt.reshape(T, groups, 2, 32, 4), St.reshape(T, groups, 8, 2)
+    for tile in range(T):
+        for gi in range(groups):
+            for h in range(2):
+                for lane in range(32):
+                    row = 16 * tile + 8 * h + lane // 4
+                    col = 4 * (4 * gi + lane % 4)
+                    want = Wq[row, col : col + 4] if row < N else np.zeros(4, np.uint32)
+                    assert (Wt[tile, gi, h, lane] == want).all(), (tile, gi, h, lane)
+            for g in range(8):
+                for h in range(2):
+                    row = 16 * tile + 8 * h + g
+                    assert St[tile, gi, g, h] == (S[row, gi] if row < N else 0)
+
+
 def test_quantizer_keeps_each_weight_within_half_a_step():
     rng = np.random.default_rng(3)
     w = rng.standard_normal((7, 384)).astype(np.float32)
@@ -123,6 +149,10 @@ def test_study_loads_with_both_baselines_and_the_read_roof():
         "10_ring_persistent": [{"STAGES": 3}, {"STAGES": 6}],
         "11_ring_lean": [{"STAGES": 3}, {"STAGES": 4}],
         "12_l2_prefetch": [{"AHEAD": a} for a in (0, 330, 660)],
+        # 96 registers spill with UNR 4 (ptxas 13.0): that point is left out
+        "13_tiled_w": [
+            {"MIN_BLOCKS": b, "UNR": u, "WARPS": 4} for u, b in ((2, 4), (2, 5), (4, 4))
+        ],
     }
 
 
@@ -134,6 +164,7 @@ TENSOR_CORE = (
     "w4_offset_mma",
     "w4_ring_persistent",
     "w4_ring_lean",
+    "w4_tiled_w",
 )
 RINGS = ("w4_ring_persistent", "w4_ring_lean")  # chunks of CG groups through a cp.async ring
 # 07's grid: tiles shared out evenly
@@ -203,14 +234,16 @@ def test_kernels_compile_without_spills_and_convert_as_they_say(built, v):
     if v.entry in ("w4_cp_async_ring", *RINGS):  # W by cp.async.cg, then LDS.128
         assert {"LDGSTS.E.BYPASS.128", "LDS.128", "DEPBAR.LE"} <= ops, sorted(ops)
         assert not any(op.startswith("LDG.E") and op.endswith(".128") for op in ops), sorted(ops)
-    elif v.entry == "w4_offset_mma":  # W through L2 only: ld.global.nc.L1::no_allocate
+    elif v.entry in ("w4_offset_mma", "w4_tiled_w"):  # W through L2 only (.L1::no_allocate)
         assert "LDG.E.NA.128.CONSTANT" in ops, sorted(ops)
         # 12: the tiles' bulk L2 prefetches (09's source with W4_L2_PREFETCH); 09: none
         assert ("UBLKPF.L2" in ops) == v.id.startswith("12_"), (v.id, sorted(ops))
+        if v.entry == "w4_tiled_w":  # a 32-bit load gives a lane both of its rows' scales
+            assert "LDG.E.CONSTANT" in ops and "LDG.E.U16.CONSTANT" not in ops, sorted(ops)
     else:
         assert "LDG.E.EF.128" in ops, sorted(ops)  # W streamed: 16-byte ld.global.cs
     converts = {op for op in ops if op.startswith("I2F")}
-    if v.entry in ("w4_offset_mma", *RINGS):  # the zero point an mma: no HADD2
+    if v.entry in ("w4_offset_mma", "w4_tiled_w", *RINGS):  # the zero point an mma: no HADD2
         assert "HMMA.16816.F32.BF16" in ops and "HADD2.BF16_V2" not in ops, sorted(ops)
         assert not converts and "SHFL.BFLY" not in ops, sorted(ops)
     elif v.entry in TENSOR_CORE:  # tensor cores; nibble pairs by LOP3 and a bf16x2 add
@@ -320,8 +353,11 @@ def _emulate(emu_dir, v, sizes, grid=None, case=None, printed=None, name=None):
     case = case or _case(sizes)
     y = case.outputs["y"]
     files = {n: emu_dir / f"{v.id}-{n}.bin" for n in ("x", "Wq", "S", "y")}
+    given = dict(case.inputs)
+    if v.computes == "tiled":  # the kernel reads W and S in the problem's tiled layout
+        given["Wq"], given["S"] = w4a16.tile_pack(np, case.inputs["Wq"], case.inputs["S"])
     for n in ("x", "Wq", "S"):
-        files[n].write_bytes(case.inputs[n].tobytes())
+        files[n].write_bytes(given[n].tobytes())
     files["y"].write_bytes(y.full.tobytes())
     (L,) = v.launches(sizes, sm_count=cfg.NOMINAL_SM_COUNT)
     args = [sizes["M"], sizes["N"], sizes["K"], *files.values(), GUARD * 2]
@@ -440,8 +476,11 @@ INFO, WHY = gpu.detect()
 FAST = {"studies": ["w4a16"], "timing": CHECK_TIMING}
 # small; odd N (rows past N), M past the batch tile; K of one group and of 113; the headline
 GPU_SIZES = ["4x256x512", "3x1001x1152", "33x4096x14464", "1x28672x4096"]
-# every plain step, and the tuned step through its last candidate
-GPU_JOBS = [v.id for v in STUDY.variants if not v.is_tuned] + [STUDY.candidates[-1].id]
+# every plain step, and each tuned step through its last candidate (13's: the tiled layout,
+# packed by the problem's own setup with CuPy)
+GPU_JOBS = [v.id for v in STUDY.variants if not v.is_tuned] + [
+    v.candidates[-1] for v in STUDY.variants if v.is_tuned
+]
 
 
 @pytest.mark.parametrize("vid", GPU_JOBS)

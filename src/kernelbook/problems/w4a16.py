@@ -22,6 +22,15 @@ Format (symmetric, zero point 8, the layout of GPTQ-style kernels without reorde
 So K must be a multiple of 128 (whole groups, as every int4 GEMM library asks); M and N are
 free. A workspace variant gets its buffer appended after these seven arguments.
 
+Alternative ``tiled`` (a variant's ``computes: tiled``): the same y from the same weights,
+laid out once, before any timing, in the order a 16-row-tile kernel reads them, as an int4
+library repacks a checkpoint at load time (tile_pack). The kernel's Wq and S arguments are
+then Wt and St: for each tile of 16 rows (rows past N zero) and each scale group, 1024 bytes,
+the 16-byte pieces of lane 4g + t (t < 4) being uint4 number 4 gi + t of row 16 T + g, then
+the same for rows 16 T + 8 + g; and the group's 16 scales in 32 bytes, those of rows
+16 T + g and 16 T + 8 + g side by side (one 32-bit word). Tiles and groups in order. The
+baselines and the reference read the row-major Wq and S as always.
+
 Inputs: x and a float32 W are standard normals (seeded per size); W is quantized group by
 group as a real checkpoint is (scale = max |w| / 7 over the group, rounded to bf16; q =
 clip(round(w / scale) + 8, 0, 15)). The float64 reference is x · wᵀ over the dequantized
@@ -73,6 +82,25 @@ def quantize(xp, w):
     return words, S
 
 
+def tile_pack(xp, Wq, S):
+    """(Wt, St): Wq (N x K/8 words) and S (N x K/128 bf16 bits) in the ``tiled`` layout (the
+    module's docstring): Wt as 32-bit words, ceil(N/16) x K/128 x 2 x 32 x 4 of them; St as
+    bf16 bits, ceil(N/16) x K/128 x 8 x 2 (rows g and g + 8 of the tile side by side, a
+    32-bit word a lane). Rows past N are zero (weights and scales)."""
+    N, words = Wq.shape
+    groups = words // 16
+    T = -(-N // 16)
+    Wp = xp.zeros((T * 16, words), dtype=xp.uint32)
+    Wp[:N] = Wq
+    Sp = xp.zeros((T * 16, groups), dtype=S.dtype)
+    Sp[:N] = S
+    # row 16 T + 8 h + g, group gi, piece t (4 words): to (T, gi, h, g, t, word)
+    Wt = Wp.reshape(T, 2, 8, groups, 4, 4).transpose(0, 3, 1, 2, 4, 5)
+    # row 16 T + 8 h + g, group gi: to (T, gi, g, h), a 32-bit word per g (h = 0 low)
+    St = Sp.reshape(T, 2, 8, groups).transpose(0, 3, 2, 1)
+    return xp.ascontiguousarray(Wt).reshape(-1), xp.ascontiguousarray(St).reshape(-1)
+
+
 def dequantized(xp, Wq, S):
     """The float64 weights (N x K) that Wq and S hold: (q - 8) * scale."""
     N, words = Wq.shape
@@ -95,6 +123,12 @@ class W4A16(Problem):
         "tinygemm_int4": "PyTorch's own int4 weight-only kernel (tinygemm, the one torchao's "
         "int4 layout runs): torch._weight_int4pack_mm(x, W packed once, 128, scales and zeros)",
     }
+    alternatives = {
+        "tiled": "y from W and the scales laid out once, before timing, in the order a "
+        "16-row-tile kernel reads them (tile_pack)"
+    }
+    # the problem's own y, from the same weights in another layout: a ladder step
+    supersets = frozenset({"tiled"})
     default_params = {}
     figure_of_merit = "gbps"
     peak = "bf16_tensor"
@@ -126,7 +160,7 @@ class W4A16(Problem):
         import cupy as cp
         import numpy as np
 
-        if computes is not None:
+        if computes is not None and computes not in self.alternatives:
             raise KeyError(f"w4a16 has no alternative '{computes}'")
         if dtype != "bfloat16":
             raise KeyError(f"w4a16 has no dtype '{dtype}'")
@@ -143,17 +177,22 @@ class W4A16(Problem):
             w = dequantized(cp, Wq, S).reshape(N, K)
             ref = {"y": (bf16_values(cp, x).astype(cp.float64) @ w.T).ravel()}
             del w
+        inputs = {"x": x, "Wq": Wq, "S": S}
+        w, sc = Wq, S  # what the kernel reads
+        if computes == "tiled":
+            w, sc = tile_pack(cp, Wq, S)
+            inputs.update(Wt=w, St=sc)
         case = Case(
             sizes=dict(sizes),
             dtype=dtype,
             seed=seed,
-            inputs={"x": x, "Wq": Wq, "S": S},
+            inputs=inputs,
             outputs={"y": y},
             initial={"y": cp.asarray(BF16_NAN, dtype=cp.uint16)},
             reference=ref,
-            args=(np.int32(M), np.int32(N), np.int32(K), x, Wq, S, y.view),
+            args=(np.int32(M), np.int32(N), np.int32(K), x, w, sc, y.view),
         )
-        case.input_copies = {"x": x.copy(), "Wq": Wq.copy(), "S": S.copy()}
+        case.input_copies = {k: v.copy() for k, v in inputs.items()}
         case.reset()
         return case
 
