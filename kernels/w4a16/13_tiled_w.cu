@@ -19,9 +19,9 @@
 // scales' 2-byte loads a sector each. 10 and 11 also read 512 contiguous bytes a warp
 // instruction, but through a shared-memory ring and a persistent grid, and lost to 09
 // (0.80x, 0.84x): here the bytes go straight to registers as in 09, with 09's grid.
-// Hypothesis: ~13 % off 09's time at both headlines (25.0 -> ~22 us at 1 x 28672 x 4096;
-// 95 -> ~80 us at 1 x 128256 x 4096: 3x cuBLAS BF16 there); lts__t_bytes near
-// dram__bytes_read.
+// Hypothesis: ~13 % off 09's time at both headlines (published at 567eb07/c2337cc: 24.99 us
+// at 1 x 28672 x 4096, 2.19x cuBLAS BF16, -> ~22 us, 2.5x; 94.5 us at 1 x 128256 x 4096,
+// 2.51x, -> ~82 us, 2.9x, where 3x needs 78.9); lts__t_bytes near dram__bytes_read.
 // What ncu should show: dram__throughput up from 09's 50 %, lts__t_bytes down to ~61 MB,
 // l1tex__t_sectors_pipe_lsu_mem_global_op_ld per request at 16 (512 B) for W.
 //
