@@ -153,14 +153,6 @@ def test_study_loads_with_both_baselines_and_the_read_roof():
         "13_tiled_w": [
             {"MIN_BLOCKS": b, "UNR": u, "WARPS": 4} for u, b in ((2, 4), (2, 5), (4, 4))
         ],
-        # 16 warps an SM (ptxas spills at 20 or 24), at most 200 KB of rings an SM
-        "14_bulk_ring": [
-            {"BLOCKS_SM": 16 // w, "CHUNK": c, "STAGES": st, "WARPS": w}
-            for w in (4, 8)
-            for c in (1, 2, 4)
-            for st in (2, 4)
-            if 16 * st * c <= 200
-        ],
     }
 
 
@@ -173,11 +165,10 @@ TENSOR_CORE = (
     "w4_ring_persistent",
     "w4_ring_lean",
     "w4_tiled_w",
-    "w4_bulk_ring",
 )
 RINGS = ("w4_ring_persistent", "w4_ring_lean")  # chunks of CG groups through a cp.async ring
 # 07's grid: tiles shared out evenly
-PERSISTENT = ("w4_mma_persistent", "w4_bulk_ring", *RINGS)
+PERSISTENT = ("w4_mma_persistent", *RINGS)
 
 
 @pytest.mark.parametrize("v", BUILT, ids=lambda v: v.id)
@@ -199,12 +190,6 @@ def test_launch_geometry_covers_every_row(v):
             assert L.block == (32 * d["WARPS"], 1, 1)
             assert L.smem == d["WARPS"] * d["STAGES"] * d["CG"] * 1024
             assert L.smem + 2 * d["WARPS"] * 2 * 4 * 32 * 4 <= 227 * 1024 // d["BLOCKS_SM"]
-        elif v.entry == "w4_bulk_ring":  # a ring of STAGES chunks of CHUNK groups a warp
-            d = v.defines
-            assert L.block == (32 * d["WARPS"], 1, 1)
-            assert L.smem == d["WARPS"] * d["STAGES"] * d["CHUNK"] * (1024 + 32)
-            static = d["WARPS"] * (2048 + 8 * d["STAGES"])  # the partials, the mbarriers
-            assert L.smem + static <= 227 * 1024 // d["BLOCKS_SM"]
         else:
             assert L.block == (32 * v.defines["WARPS"], 1, 1) and L.smem == 0
         if v.entry in PERSISTENT:  # every block the same number of tiles, or one less
@@ -249,12 +234,6 @@ def test_kernels_compile_without_spills_and_convert_as_they_say(built, v):
     if v.entry in ("w4_cp_async_ring", *RINGS):  # W by cp.async.cg, then LDS.128
         assert {"LDGSTS.E.BYPASS.128", "LDS.128", "DEPBAR.LE"} <= ops, sorted(ops)
         assert not any(op.startswith("LDG.E") and op.endswith(".128") for op in ops), sorted(ops)
-    elif v.entry == "w4_bulk_ring":  # W and the scales by the copy engine, then LDS.128
-        assert {"UBLKCP.S.G", "LDS.128"} <= ops, sorted(ops)
-        # the chunk's bytes announced on its mbarrier (arrive.expect_tx), and waited for
-        assert any(op.startswith("SYNCS.ARRIVE.TRANS64") for op in ops), sorted(ops)
-        assert any(op.startswith("SYNCS.PHASECHK") for op in ops), sorted(ops)
-        assert not any(op.startswith("LDG.E") and op.endswith(".128") for op in ops), sorted(ops)
     elif v.entry in ("w4_offset_mma", "w4_tiled_w"):  # W through L2 only (.L1::no_allocate)
         assert "LDG.E.NA.128.CONSTANT" in ops, sorted(ops)
         # 12: the tiles' bulk L2 prefetches (09's source with W4_L2_PREFETCH); 09: none
@@ -264,7 +243,7 @@ def test_kernels_compile_without_spills_and_convert_as_they_say(built, v):
     else:
         assert "LDG.E.EF.128" in ops, sorted(ops)  # W streamed: 16-byte ld.global.cs
     converts = {op for op in ops if op.startswith("I2F")}
-    if v.entry in ("w4_offset_mma", "w4_tiled_w", "w4_bulk_ring", *RINGS):  # zero point: an mma
+    if v.entry in ("w4_offset_mma", "w4_tiled_w", *RINGS):  # the zero point an mma: no HADD2
         assert "HMMA.16816.F32.BF16" in ops and "HADD2.BF16_V2" not in ops, sorted(ops)
         assert not converts and "SHFL.BFLY" not in ops, sorted(ops)
     elif v.entry in TENSOR_CORE:  # tensor cores; nibble pairs by LOP3 and a bf16x2 add
@@ -414,22 +393,13 @@ def test_the_persistent_step_shares_the_tiles_out_evenly():
     assert all((n // 16) % g == 0 for n, g in grids.items())  # 1, 2, 4 and 16 tiles a block
 
 
-@pytest.mark.parametrize(
-    "vid",
-    [
-        "07_mma_persistent",
-        "10_ring_persistent",
-        "11_ring_lean",
-        "14_bulk_ring__WARPS4_CHUNK2_STAGES2_BLOCKS_SM4",
-        "14_bulk_ring__WARPS8_CHUNK4_STAGES2_BLOCKS_SM2",
-    ],
-)
+@pytest.mark.parametrize("vid", ["07_mma_persistent", "10_ring_persistent", "11_ring_lean"])
 def test_the_persistent_step_streams_several_tiles_a_block(emu_dir, numpy_as_cupy, vid):
     """07, 10 and 11 on fewer blocks than tiles (the study's shapes give a block 3 to 61 tiles on an
     H200, the emulated ones only one): each block's stream runs across tiles, groups or chunks
     a warp left idle in a tile (K / 128 not a multiple of the warps) and 10's and 11's half
     chunk (an odd number of groups, 11's predicated copy) included, at every batch tile."""
-    v = next(b for b in BUILT if b.id == vid)
+    v = STUDY.variant(vid)
     tol = W4.tolerance({}, "bfloat16")
     for (M, N, K), grid in [((1, 70, 256), 2), ((3, 100, 1152), 3), ((16, 37, 128), 1)]:
         sizes = {"M": M, "N": N, "K": K}
