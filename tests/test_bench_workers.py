@@ -155,6 +155,42 @@ def test_a_failed_variant_without_record_failure_stops_the_bench(monkeypatch, tm
     assert e.value.code == 1
 
 
+def test_a_bench_stopped_by_a_failed_variant_keeps_what_ran_before_it(monkeypatch, tmp_path):
+    """The quick loop stopped at b: a's rows and samples, measured before it, go to the
+    table (bench_variants writes them, then exits 1); c never runs."""
+    log = tmp_path / "calls.txt"
+    ok = stand_in({}, log)
+
+    def b_fails(project, study, variant, *rest):
+        if variant.id == "b":
+            raise job.ConfigError("demo/b: wrong")
+        return ok(project, study, variant, *rest)
+
+    monkeypatch.setattr(job, "_plain_rows", b_fails)
+    items = [(V(n), BuildInfo(Path(f"{n}.cubin"), "13.0", "-O3")) for n in ("a", "b", "c")]
+    with pytest.raises(job.BenchStopped) as e:
+        job._run_in_workers(None, Study(), items, None, SLOT, False)
+    assert e.value.code == 1
+    assert [r["variant"] for r in e.value.rows] == ["a"] and e.value.rows[0]["status"] == "ok"
+    assert e.value.samples == [{"variant": "a", "ms": 1.0}]
+    assert [line.split()[1] for line in log.read_text().splitlines()] == ["a"]
+
+    # bench_variants: the rows written (its _finish), then the same exit
+    written = []
+    monkeypatch.setattr(job, "_build_or_record", lambda p, s, v, *a: BuildInfo(Path("x"), "", ""))
+    monkeypatch.setattr(job.gpu, "acquire_slot", lambda: SLOT)
+    monkeypatch.setattr(job.problems, "get", lambda name: None)
+    monkeypatch.setattr(job, "_parse_sizes", lambda problem, sizes: None)
+    monkeypatch.setattr(job, "_finish", lambda rows, *a, **k: written.append(rows) or 0)
+    plain = type("P", (), {"is_tuned": False})
+    variants = [type("W", (plain,), {"id": n})() for n in ("a", "b", "c")]
+    study = type("S", (), {"name": "demo", "problem": "demo"})()
+    with pytest.raises(SystemExit) as e:
+        job.bench_variants(None, study, variants, out=str(tmp_path / "m.parquet"))
+    assert e.value.code == 1
+    assert [[r["variant"] for r in rows] for rows in written] == [["a"]]
+
+
 # ------------------------------------------------------------------------------------------
 # The command line: `kernelbook bench STUDY TUNED --candidates --build-dir DIR`, checked
 # before any GPU is asked for (these run without one)

@@ -159,10 +159,25 @@ def bench_variants(
             for v in variants
         ]
         slot = gpu.acquire_slot()  # every variant built first: no compile holds the lock
-        rows, samples = _run_in_workers(
-            project, study, list(zip(variants, infos, strict=True)), parsed, slot, record_failure
-        )
+        try:
+            rows, samples = _run_in_workers(
+                project, study, list(zip(variants, infos, strict=True)), parsed, slot,
+                record_failure,
+            )  # fmt: skip
+        except BenchStopped as stop:  # the quick loop: what ran before the failure is kept
+            _finish(stop.rows, problem, stop.samples, out, samples_out, slot, lost=False)
+            raise
     return _finish(rows, problem, samples, out, samples_out, slot, lost=False)
+
+
+class BenchStopped(SystemExit):
+    """A bench of several variants stopped by one that failed, without --record-failure
+    (the worker has said why): exit status 1, with the rows and samples of the variants
+    that ran before it, which the bench still writes."""
+
+    def __init__(self, rows: list[dict], samples: list[dict]):
+        super().__init__(1)
+        self.rows, self.samples = rows, samples
 
 
 def _run_in_workers(project, study, items, sizes, slot, record_failure):
@@ -181,7 +196,7 @@ def _run_in_workers(project, study, items, sizes, slot, record_failure):
             last_error = None  # a variant ran to its end since that error
         rest = rest[len(done) :]
         if status != 0 and not record_failure:
-            raise SystemExit(1)  # the worker said why (kernelbook: error: ...)
+            raise BenchStopped(rows, samples)  # the worker said why (kernelbook: error: ...)
         if not rest:
             break
         v, info = rest[0]
