@@ -4,6 +4,7 @@ seconds."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 
@@ -193,9 +194,20 @@ def test_the_page_shows_verdicts(softmax_page):
     assert f"seed {compare.SEED}" in md
     answer = r"\*\*Answer at .*% of torch\*\* \(.*; interval \[[\d.]+, [\d.]+\] %, \w+\)"
     assert re.search(answer, md)
-    # a step whose `claims: faster` its interval does not bear out is named before the ladder
+    # a step whose `claims: faster` its interval does not bear out is named before the ladder,
+    # and one that it does is not: each claim on the previous step, against the ladder's verdict
     front = md.split("## The ladder", 1)[0]
-    assert "**03_warp_shuffle** claims to be faster than 02_fused_block, but" in front
+    study = json.loads((REPO / "worklogs/nvidia-h200/softmax/data/study.json").read_text())
+    claims = {v["id"]: v.get("claims", {}) for v in study["variants"]}
+    order = [r["variant"] for r in ladder]
+    checked = 0
+    for i, r in enumerate(ladder[1:], 1):
+        if claims.get(r["variant"], {}).get("previous") != "faster":
+            continue
+        named = f"**{r['variant']}** claims to be faster than {order[i - 1]}, but" in front
+        assert named == (r["vs previous"] != "faster"), (r["variant"], r["vs previous"])
+        checked += 1
+    assert checked >= 4  # 02 to 06 each claim to beat the step before
 
 
 # ------------------------------------------------------------------------------------------
