@@ -189,6 +189,11 @@ def test_a_bench_stopped_by_a_failed_variant_keeps_what_ran_before_it(monkeypatc
         job.bench_variants(None, study, variants, out=str(tmp_path / "m.parquet"))
     assert e.value.code == 1
     assert [[r["variant"] for r in rows] for rows in written] == [["a"]]
+    # the first variant failing: nothing ran, so no table is written, the same exit
+    written.clear()
+    with pytest.raises(SystemExit) as e:
+        job.bench_variants(None, study, variants[1:], out=str(tmp_path / "m.parquet"))
+    assert e.value.code == 1 and written == []
 
 
 # ------------------------------------------------------------------------------------------

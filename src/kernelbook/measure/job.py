@@ -165,7 +165,8 @@ def bench_variants(
                 record_failure,
             )  # fmt: skip
         except BenchStopped as stop:  # the quick loop: what ran before the failure is kept
-            _finish(stop.rows, problem, stop.samples, out, samples_out, slot, lost=False)
+            if stop.rows:  # none when the first variant failed: no table, only the error
+                _finish(stop.rows, problem, stop.samples, out, samples_out, slot, lost=False)
             raise
     return _finish(rows, problem, samples, out, samples_out, slot, lost=False)
 
