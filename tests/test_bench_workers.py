@@ -178,7 +178,7 @@ def test_a_bench_stopped_by_a_failed_variant_keeps_what_ran_before_it(monkeypatc
     # bench_variants: the rows written (its _finish), then the same exit
     written = []
     monkeypatch.setattr(job, "_build_or_record", lambda p, s, v, *a: BuildInfo(Path("x"), "", ""))
-    monkeypatch.setattr(job.gpu, "acquire_slot", lambda: SLOT)
+    monkeypatch.setattr(job.gpu, "acquire_slot", lambda **k: SLOT)
     monkeypatch.setattr(job.problems, "get", lambda name: None)
     monkeypatch.setattr(job, "_parse_sizes", lambda problem, sizes: None)
     monkeypatch.setattr(job, "_finish", lambda rows, *a, **k: written.append(rows) or 0)

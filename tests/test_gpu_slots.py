@@ -176,27 +176,151 @@ def test_concurrent_jobs_on_fake_gpus_take_distinct_ones_and_wait_for_a_free_one
                 j.go()
 
 
-def test_checkers_share_a_fake_gpu_and_a_narrowed_host_stays_narrowed(fake_env):
-    # compute-sanitizer jobs share the first GPU; a timer takes another; a job limited to the
-    # GPU the checkers hold waits for them rather than going elsewhere
+def test_checkers_spread_over_fake_gpus_and_a_narrowed_host_stays_narrowed(fake_env):
+    # checkers (shared) go to the least loaded GPU: the first two to distinct ones; a timer
+    # takes the GPU no one holds; a timer limited to a GPU a checker holds waits for it
+    # rather than going elsewhere; a checker limited to it joins the checker there
     c1 = Job(fake_env, mode="shared")
     c2 = Job(fake_env, mode="shared")
     t = Job(fake_env)
     try:
-        assert c1.said[0] == c2.said[0] == "GPU-aaaa", (c1.said, c2.said)
-        assert t.said[0] == "GPU-bbbb", t.said
+        assert (c1.said[0], c2.said[0]) == ("GPU-aaaa", "GPU-bbbb"), (c1.said, c2.said)
+        assert t.said[0] == "GPU-cccc", t.said
         held = Job(fake_env, wait_s=0.5, CUDA_VISIBLE_DEVICES="0")
         assert held.said[0] == "NoGpu:", held.said
         assert held.proc.wait(timeout=60) == 3
         for stream in (held.proc.stdin, held.proc.stdout, held.proc.stderr):
             stream.close()
+        beside = Job(fake_env, mode="shared", CUDA_VISIBLE_DEVICES="0")
+        assert beside.said[0] == "GPU-aaaa", beside.said
+        assert beside.go() == 0
+        # a third checker: the GPUs hold one job each, the first of them comes first
+        c3 = Job(fake_env, mode="shared")
+        assert c3.said[0] == "GPU-aaaa", c3.said
+        assert c3.go() == 0
         # narrowed to GPU 2 by index: that GPU, whatever the others do
+        t.go()
         own = Job(fake_env, CUDA_VISIBLE_DEVICES="2")
         assert own.said[0] == own.said[2] == "GPU-cccc", own.said
         assert own.go() == 0
     finally:
         for j in (c1, c2, t):
-            j.go()
+            if j.proc.poll() is None:
+                j.go()
+
+
+# a bench job: takes its GPU shared (its checks), then switches as told by lines on stdin
+# ("exclusive": its timing, "shared": its next variant's checks), saying each switch; an
+# empty line ends it
+SWITCH = """
+import sys
+from kernelbook import gpu
+slot = gpu.acquire_slot(wait_s=30, preload=(), shared=True)
+print(slot.uuid, flush=True)
+for line in sys.stdin:
+    if not line.strip():
+        break
+    gpu.switch_mode(slot, shared=line.strip() == "shared")
+    print("switched", line.strip(), flush=True)
+"""
+
+
+class Bencher:
+    """A process that checks (shared) and times (exclusive) as it is told."""
+
+    def __init__(self, env):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", SWITCH], env=env, stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        self.uuid = self.proc.stdout.readline().strip()
+
+    def tell(self, what: str) -> None:
+        self.proc.stdin.write(what + "\n")
+        self.proc.stdin.flush()
+
+    def switched(self, timeout: float) -> bool:
+        """Whether it said it switched within ``timeout`` seconds."""
+        import select
+
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        return bool(ready) and self.proc.stdout.readline().startswith("switched")
+
+    def end(self) -> int:
+        if self.proc.poll() is None:
+            self.tell("")
+        rc = self.proc.wait(timeout=60)
+        self.proc.stdin.close()
+        self.proc.stdout.close()
+        return rc
+
+
+def test_a_bench_times_alone_and_new_checkers_wait_for_it(fake_env, tmp_path):
+    """A bench checks beside other checkers, then waits for the GPU alone for its timing;
+    while it waits no new checker starts (it would never get the GPU, checkers coming and
+    going), and none starts while it times. Back to checking, it shares again. The ledger
+    has a line for each span of its hold, in its mode."""
+    ledger = tmp_path / "ledger.tsv"
+    env = {
+        **fake_env,
+        "FAKE_NVML_GPUS": "NVIDIA H200:GPU-only",
+        "KERNELBOOK_GPU_LEDGER": str(ledger),
+    }
+    checker = Job(env, mode="shared")
+    bench = Bencher(env)
+    try:
+        assert checker.said[0] == bench.uuid == "GPU-only"
+        bench.tell("exclusive")
+        assert not bench.switched(0.5)  # the checker still checks
+        late = Job(env, wait_s=0.5, mode="shared")
+        assert late.said[0] == "NoGpu:", late.said  # the waiting timer goes first
+        late.proc.wait(timeout=60)
+        for stream in (late.proc.stdin, late.proc.stdout, late.proc.stderr):
+            stream.close()
+        assert checker.go() == 0
+        assert bench.switched(10)  # the GPU is its own
+        during = Job(env, wait_s=0.5, mode="shared")
+        assert during.said[0] == "NoGpu:", during.said
+        during.proc.wait(timeout=60)
+        for stream in (during.proc.stdin, during.proc.stdout, during.proc.stderr):
+            stream.close()
+        bench.tell("shared")
+        assert bench.switched(10)
+        beside = Job(env, wait_s=5, mode="shared")
+        assert beside.said[0] == "GPU-only", beside.said  # checking again: shared
+        assert beside.go() == 0
+    finally:
+        if checker.proc.poll() is None:
+            checker.go()
+        assert bench.end() == 0
+    from kernelbook import ledger as kb_ledger
+
+    mine = [h for h in kb_ledger.read(ledger) if h.pid == bench.proc.pid]
+    assert [h.mode for h in mine] == ["shared", "exclusive", "shared"], mine
+    assert all(a.end <= b.start + 1e-3 for a, b in zip(mine, mine[1:], strict=False)), mine
+
+
+def test_two_benches_that_both_want_the_gpu_alone_take_turns(fake_env):
+    """Both check side by side, both then ask for the GPU alone: each lets its shared hold
+    go before it waits, so neither waits on the other's check (no deadlock): one times,
+    then the other."""
+    env = {**fake_env, "FAKE_NVML_GPUS": "NVIDIA H200:GPU-only"}
+    a, b = Bencher(env), Bencher(env)
+    try:
+        a.tell("exclusive")
+        b.tell("exclusive")
+        import select
+
+        ready, _, _ = select.select([a.proc.stdout, b.proc.stdout], [], [], 10)
+        assert len(ready) == 1, ready  # one of them times, alone
+        first, second = (a, b) if ready[0] is a.proc.stdout else (b, a)
+        assert first.switched(1)
+        assert not second.switched(0.5)
+        assert first.end() == 0  # its timing done
+        assert second.switched(10)
+    finally:
+        a.end()
+        b.end()
 
 
 def test_a_job_given_a_fake_gpu_of_another_model_measures_nothing(fake_env):

@@ -15,7 +15,7 @@ import pytest
 from kernelbook import config as cfg
 from kernelbook import tables
 from kernelbook.config import ConfigError
-from kernelbook.measure import bench, cupti, device, host, stopping
+from kernelbook.measure import cupti, device, host, sizes, stopping
 from kernelbook.measure.timing import Stats, Timer, TimingError
 from kernelbook.report import quality
 
@@ -188,12 +188,12 @@ def test_host_rows_and_samples_record_host_and_leave_the_gpu_columns_empty(tmp_p
                  batch_calls=150)  # fmt: skip
     bl = Stats.of([0.0431, 0.0433], True, "converged", (1.5, 2.5), method="host", events=(),
                   batch_calls=30)  # fmt: skip
-    cols = bench.instrument_columns(v, bl)
+    cols = sizes.instrument_columns(v, bl)
     assert cols["timing_method"] == "host" and cols["timing_note"] is None
     assert math.isnan(cols["event_median_ms"]) and math.isnan(cols["baseline_event_median_ms"])
     assert cols["kernel_sum_median_ms"] is None and cols["kernels_per_call"] is None
     assert cols["batch_calls"] == 150 and cols["baseline_batch_calls"] == 30
-    samples = bench.sample_instruments(v)
+    samples = sizes.sample_instruments(v)
     assert [s["ms"] for s in samples] == [0.0082, 0.0083]
     for s in samples:
         assert s["timing_method"] == "host" and s["batch_calls"] == 150

@@ -32,7 +32,8 @@ ALLOWED = {
     "layout": set(),
     "gate": {"tables"},
     "tune": {"problems"},
-    "gpu": {"provenance"},
+    "gpu": {"provenance", "locks"},
+    "locks": set(),  # the GPU locks: files and flock, nothing else
     "provenance": set(),
     "procs": set(),
     "slurm": set(),

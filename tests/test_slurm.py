@@ -30,6 +30,7 @@ from slurm_local import LocalSlurm, SlurmError, install, missing_tools
 from test_worklog import GPU, STUDY, make_repo, publish_fixture
 
 from kernelbook import gpu as kb_gpu
+from kernelbook import locks as kb_locks
 from kernelbook import tables
 from kernelbook.build import nvcc as kb_build
 from kernelbook.report import index as kb_index
@@ -476,9 +477,9 @@ def test_gpu_lock_is_node_local(monkeypatch, tmp_path):
     kind = kb_gpu.filesystem_type(local)
     assert kind and kind not in kb_gpu.SHARED_FS
     name = kb_gpu.lock_name("GPU-1234")
-    assert name.endswith("-GPU-1234.lock") and name.startswith(kb_gpu.socket.gethostname()[:8])
+    assert name.endswith("-GPU-1234.lock") and name.startswith(kb_locks.socket.gethostname()[:8])
     # the same folder, were its filesystem one that hosts share: refused, with the way out
-    monkeypatch.setattr(kb_gpu, "SHARED_FS", kb_gpu.SHARED_FS | {kind})
+    monkeypatch.setattr(kb_locks, "SHARED_FS", kb_locks.SHARED_FS | {kind})
     with pytest.raises(kb_gpu.NoGpu, match=f"KERNELBOOK_LOCK_DIR={local}: on a filesystem"):
         kb_gpu.lock_dir()
     # the defaults fall back to $XDG_RUNTIME_DIR when /tmp is shared ...

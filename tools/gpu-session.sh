@@ -23,9 +23,10 @@ mkdir -p results/logs
 t0=$(date +%s)
 # KERNELBOOK_STUDIES (e.g. "[sgemm]") narrows the run to some studies of config/config.yaml;
 # KERNELBOOK_SESSION_TESTS=0 leaves out the GPU tests.
-# Four GPU jobs per GPU: one measures (the GPU's lock, exclusive) while the next ones start
-# (a fork of the job server, kernelbook.jobserver) and wait for the lock, so the GPU does not
-# sit idle between jobs; compute-sanitizer jobs take the lock shared and run side by side.
+# Six GPU jobs per GPU: a bench checks and sets up its sizes with the GPU's lock shared,
+# beside the other jobs' checks and compute-sanitizer's, and holds it exclusive for its
+# timing only (kernelbook.locks: once a timer waits, no new checker starts); a profile holds
+# it exclusive. The jobs start as forks of the job server (kernelbook.jobserver).
 # Every GPU job appends its hold of the GPU's lock to the ledger (kernelbook ledger: busy,
 # shared and idle time, by job).
 # The studies that time the host (their jobs take every core) go first, while every core is
@@ -33,7 +34,7 @@ t0=$(date +%s)
 rc=0
 for target in host_timed tables; do
   KERNELBOOK_GPU_LEDGER="$PWD/results/logs/gpu-ledger.tsv" \
-    tools/offline/gpu-host.sh python3 -m snakemake --cores "$(nproc)" --resources gpu="$((4 * ngpu))" \
+    tools/offline/gpu-host.sh python3 -m snakemake --cores "$(nproc)" --resources gpu="$((6 * ngpu))" \
     --keep-going "$target" ${KERNELBOOK_STUDIES:+--config "studies=$KERNELBOOK_STUDIES"} || rc=$?
 done
 echo "tables${KERNELBOOK_STUDIES:+ $KERNELBOOK_STUDIES}: exit $rc, $(($(date +%s) - t0)) s wall on $ngpu GPU(s), commit $KERNELBOOK_GIT_COMMIT" \

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import os
 import platform
 import re
@@ -14,41 +13,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import kernelbook
+from kernelbook import locks as _locks
+from kernelbook.locks import (  # noqa: F401 - the lock folder's API, as it was here
+    LOCK_DIR_ENV,
+    SHARED_FS,
+    LockDirError,
+    NoGpu,
+    filesystem_type,
+    lock_dir,
+    lock_name,
+    take_lock,
+)
 from kernelbook.provenance import git_commit
 
-# GPU locks must live on this node's own disk or memory: a folder shared between nodes
-# would make jobs on different hosts wait on each other's GPUs (or, where flock is not
-# coherent across hosts, not wait at all). See lock_dir().
-LOCK_DIR_ENV = "KERNELBOOK_LOCK_DIR"
-LOCK_DIR_DEFAULTS = ("/tmp/kernelbook-gpu-locks", "$XDG_RUNTIME_DIR/kernelbook-gpu-locks")
-# Filesystems that one host shares with others (mount types of /proc/self/mounts).
-SHARED_FS = frozenset(
-    {
-        "nfs",
-        "nfs4",
-        "cifs",
-        "smb3",
-        "smbfs",
-        "lustre",
-        "gpfs",
-        "beegfs",
-        "ceph",
-        "fuse.ceph",
-        "fuse.cephfs",
-        "glusterfs",
-        "fuse.glusterfs",
-        "fuse.sshfs",
-        "afs",
-        "panfs",
-        "pvfs2",
-        "orangefs",
-        "ocfs2",
-        "gfs2",
-        "wekafs",
-        "cvfs",
-        "fuse.juicefs",
-    }
-)
 # The model a job must run on: the <gpu> of the results path it writes (set by the rules).
 GPU_MODEL_ENV = "KERNELBOOK_GPU_MODEL"
 
@@ -138,10 +115,6 @@ def detect() -> tuple[GpuInfo | None, str]:
         nv.nvmlShutdown()
 
 
-class NoGpu(RuntimeError):
-    """No CUDA device can be had for a job that needs one."""
-
-
 @dataclass
 class Slot:
     uuid: str
@@ -149,65 +122,9 @@ class Slot:
     lock: object  # open file holding the lock until the process ends (or release_slot)
     startup_s: float = 0.0  # from the process's import of kernelbook to the lock's request
     wait_s: float = 0.0  # waiting for the lock (another job measuring on the GPU)
-
-
-def filesystem_type(path: str | Path) -> str:
-    """The mount type (ext4, tmpfs, nfs4, lustre ...) of the filesystem holding ``path``, or
-    "" where /proc/self/mounts cannot say (the nearest existing parent is looked up)."""
-    p = Path(path).absolute()
-    while not p.exists() and p != p.parent:
-        p = p.parent
-    p = p.resolve()
-    best, kind = "", ""
-    try:
-        lines = Path("/proc/self/mounts").read_text().splitlines()
-    except OSError:
-        return ""
-    for line in lines:
-        fields = line.split()
-        if len(fields) < 3:
-            continue
-        mount = fields[1].replace("\\040", " ")
-        inside = str(p) == mount or str(p).startswith(mount.rstrip("/") + "/")
-        if inside and len(mount) >= len(best):
-            best, kind = mount, fields[2]
-    return kind
-
-
-class LockDirError(NoGpu):
-    """The GPU lock folder would be shared with other hosts."""
-
-
-def lock_dir() -> Path:
-    """The node-local folder of the GPU locks.
-
-    $KERNELBOOK_LOCK_DIR if set, else /tmp/kernelbook-gpu-locks, else (/tmp on a shared
-    filesystem) $XDG_RUNTIME_DIR/kernelbook-gpu-locks. A folder on a filesystem shared
-    between hosts (NFS, Lustre, GPFS, BeeGFS, CephFS ...) is refused: set KERNELBOOK_LOCK_DIR
-    to a local one. Lock files carry the host name besides the GPU's UUID as well.
-    """
-    explicit = os.environ.get(LOCK_DIR_ENV)
-    candidates = [explicit] if explicit else [os.path.expandvars(d) for d in LOCK_DIR_DEFAULTS]
-    refused = []
-    for d in candidates:
-        if "$" in d:  # $XDG_RUNTIME_DIR unset
-            continue
-        kind = filesystem_type(d)
-        if kind in SHARED_FS:
-            refused.append(f"{d} ({kind})")
-            continue
-        return Path(d)
-    how = f"{LOCK_DIR_ENV}={explicit}" if explicit else "the default GPU lock folders"
-    raise LockDirError(
-        f"{how}: on a filesystem shared between hosts ({', '.join(refused)}); GPU locks must "
-        f"be node-local: set {LOCK_DIR_ENV} to a folder on this host's own disk or tmpfs"
-    )
-
-
-def lock_name(uuid: str) -> str:
-    """<host>-<GPU UUID>.lock: unique per node even where two hosts share the folder."""
-    host = re.sub(r"[^A-Za-z0-9_.-]+", "_", socket.gethostname()) or "localhost"
-    return f"{host}-{uuid}.lock"
+    mode: str | None = "exclusive"  # how the lock is held: exclusive, shared, None: unknown
+    seat: object = None  # the job's seat on the GPU (kernelbook.locks), held with the lock
+    locks: Path | None = None  # the lock folder
 
 
 def model_matches(model: str, gpu_slug: str) -> bool:
@@ -227,13 +144,14 @@ def acquire_slot(
 ) -> Slot:
     """Take a GPU no other kernelbook job holds, and make it this process's only device.
 
-    ``shared``: a job that checks and does not time (compute-sanitizer) takes the GPU's lock
-    shared: several such jobs run on one GPU at once, and no job that times or profiles
-    (which take it exclusive) runs beside them.
+    ``shared``: a job that checks and does not time (compute-sanitizer; a bench until its
+    timing, switch_mode) takes the GPU's lock shared: several such jobs run on one GPU at
+    once, and no job that times or profiles (which hold it exclusive) runs beside them.
 
     Snakemake never sets CUDA_VISIBLE_DEVICES; with --resources gpu=N it only limits how many
-    GPU jobs run at once. Each job takes an exclusive lock on one GPU's UUID, so concurrent
-    jobs land on distinct GPUs. Must run before CUDA is initialised in this process.
+    GPU jobs run at once. Each job takes the lock of one GPU's UUID (the least loaded GPU
+    first, kernelbook.locks), so timers never share a GPU and jobs spread over the GPUs.
+    Must run before CUDA is initialised in this process.
 
     The ``preload`` modules are imported before the lock is taken (importing them does not
     initialise CUDA): with more GPU jobs running than GPUs (``--resources gpu=2N`` on N
@@ -269,19 +187,36 @@ def acquire_slot(
     locks = lock_dir()
     locks.mkdir(parents=True, exist_ok=True)
     asked = time.monotonic()
-    deadline = asked + wait_s
-    while True:
-        got = take_lock(locks, info.uuids, shared)
-        if got is not None:
-            i, f = got
-            uuid = info.uuids[i]
-            os.environ["CUDA_VISIBLE_DEVICES"] = uuid
-            now = time.monotonic()
-            hold_begins(uuid, shared)
-            return Slot(uuid, i, f, asked - kernelbook.STARTED, now - asked)
-        if time.monotonic() > deadline:
-            raise NoGpu(f"every visible GPU stayed locked for {wait_s:.0f} s ({locks})")
-        time.sleep(0.02)
+    got = _locks.wait_lock(locks, info.uuids, shared, wait_s)
+    if got is None:
+        raise NoGpu(f"every visible GPU stayed locked for {wait_s:.0f} s ({locks})")
+    i, f = got
+    uuid = info.uuids[i]
+    os.environ["CUDA_VISIBLE_DEVICES"] = uuid
+    now = time.monotonic()
+    hold_begins(uuid, shared)
+    mode = "shared" if shared else "exclusive"
+    seat = _locks.take_seat(locks, uuid)
+    return Slot(uuid, i, f, asked - kernelbook.STARTED, now - asked, mode, seat, locks)
+
+
+def switch_mode(slot: Slot, shared: bool, wait_s: float = 3600.0) -> float:
+    """Hold the slot's GPU shared (a bench's checks and set-up: beside other checkers) or
+    exclusive (its timing: alone), on the same GPU; the seconds waited. Each mode's span is
+    a line of the ledger of its own. Nothing where a parent holds the lock (SLOT_HELD_ENV)
+    or it is held so already."""
+    want = "shared" if shared else "exclusive"
+    if slot.lock is None or slot.mode == want:
+        return 0.0
+    hold_ends()
+    waited = _locks.relock(slot.lock, slot.locks, slot.uuid, shared, wait_s)
+    if waited is None:
+        slot.mode = None
+        raise NoGpu(f"GPU {slot.uuid} stayed locked for {wait_s:.0f} s ({slot.locks})")
+    hold_begins(slot.uuid, shared)
+    slot.mode = want
+    slot.wait_s += waited
+    return waited
 
 
 # The GPU ledger: where $KERNELBOOK_GPU_LEDGER names a file, each process that held a GPU's
@@ -361,27 +296,16 @@ def release_slot(slot: Slot) -> None:
     hold_ends()
     slot.lock.close()  # the flock goes with its file
     slot.lock = None
+    if slot.seat is not None:
+        slot.seat.close()
+        slot.seat = None
 
 
-def take_lock(locks: Path, uuids, shared: bool = False):
-    """(index, open lock file) of the first of ``uuids`` whose lock in ``locks`` can be had
-    now, exclusive (a job that times or profiles) or ``shared`` (a job that only checks:
-    many at once, none beside an exclusive holder); None when none can. The lock lasts as
-    long as the file stays open (the process's life)."""
-    for i, uuid in enumerate(uuids):
-        f = open(Path(locks) / lock_name(uuid), "a+")  # noqa: SIM115 - held for the process
-        try:
-            fcntl.flock(f, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.close()
-            continue
-        if not shared:  # who holds it, for a person looking (shared holders are many)
-            f.seek(0)
-            f.truncate()
-            f.write(f"{os.getpid()} {' '.join(sys.argv)}\n")
-            f.flush()
-        return i, f
-    return None
+def forget_hold() -> None:
+    """This process no longer records its hold in the ledger (a forked worker that switches
+    the lock's mode writes the lines of its own spans)."""
+    global _HOLD
+    _HOLD = None
 
 
 class Sampler:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from kernelbook import gpu, provenance
 from kernelbook.launch.kernel import device_sm_count
-from kernelbook.measure.bench import memcpy_launcher
+from kernelbook.measure.sizes import memcpy_launcher
 from kernelbook.measure.timing import Timer
 
 # FP32 lanes per SM and dense BF16 tensor FLOP per clock per SM, by compute capability.

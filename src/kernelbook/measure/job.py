@@ -63,7 +63,7 @@ def bench_job(
     samples: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
         info = _build(project, study, variant, Path(tmp), cubin, build_table)
-        slot = gpu.acquire_slot()  # built first: no compile holds the GPU's lock
+        slot = gpu.acquire_slot(shared=True)  # built first: no compile holds the GPU's lock
         rows = _plain_rows(project, study, variant, info, parsed, slot, samples, record_failure)
     return _finish(rows, problem, samples, out, samples_out, slot)
 
@@ -116,8 +116,13 @@ def _plain_rows(project, study, variant, info, sizes, slot, samples, record_fail
     """A plain variant's rows: its cubin (``info``) checked and timed at ``sizes``."""
     return bench.bench_variant(
         project, study, variant, info, slot.uuid, sizes=sizes,
-        tolerate_failure=record_failure, samples=samples,
+        tolerate_failure=record_failure, samples=samples, hold=_holder(slot),
     )  # fmt: skip
+
+
+def _holder(slot):
+    """A bench's hold(shared): the slot's GPU shared for its checks, alone for its timing."""
+    return lambda shared: gpu.switch_mode(slot, shared)
 
 
 def bench_variants(
@@ -158,7 +163,7 @@ def bench_variants(
             _build_or_record(project, study, v, Path(tmp), record_failure, build_dir)
             for v in variants
         ]
-        slot = gpu.acquire_slot()  # every variant built first: no compile holds the lock
+        slot = gpu.acquire_slot(shared=True)  # every variant built first: no compile waits
         try:
             rows, samples = _run_in_workers(
                 project, study, list(zip(variants, infos, strict=True)), parsed, slot,
@@ -279,9 +284,11 @@ def _worker(project, study, items, sizes, slot, record_failure):
             except Exception:  # noqa: BLE001, S110 - a broken pipe: the status says it died
                 pass
         finally:
+            gpu.hold_ends()  # its last span of the GPU's lock, in the ledger
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(code)  # no clean-up that waits on a lost device; the lock is the parent's
+    gpu.forget_hold()  # the worker writes the ledger's lines of its spans
     os.close(w)
     done, error = [], None
     with os.fdopen(r, "rb") as pipe:
@@ -297,6 +304,7 @@ def _worker(project, study, items, sizes, slot, record_failure):
             else:
                 done.append(got)
     _, status = os.waitpid(pid, 0)
+    slot.mode = None  # as the worker left it (its fork of the lock's file is this one's)
     return done, status, error
 
 
@@ -322,7 +330,7 @@ def _tuned_job(
     else:  # --size: the pick size's winner at the sizes asked for
         pick = problem.label(tune.sweep_pick(study, variant))
         plan = [(won[pick], sizes)] if pick in won else [(None, sizes)]
-    slot = gpu.acquire_slot()
+    slot = gpu.acquire_slot(shared=True)
     rows: list[dict] = []
     samples: list[dict] = []
     for cand, run_sizes in plan:
@@ -348,7 +356,7 @@ def _tuned_job(
         start = len(samples)
         got = bench.bench_variant(
             project, study, run, info, slot.uuid, sizes=run_sizes,
-            tolerate_failure=record_failure, samples=samples,
+            tolerate_failure=record_failure, samples=samples, hold=_holder(slot),
         )  # fmt: skip
         for x in samples[start:]:
             x["job"] = variant.id  # this job's, apart from the candidate's own job's
