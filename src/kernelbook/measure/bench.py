@@ -184,6 +184,12 @@ class Bench:
         self.cp.get_default_memory_pool().free_all_blocks()
         self.torch.cuda.empty_cache()
 
+    def out_of_memory(self, e: BaseException) -> bool:
+        """Whether ``e`` says the device memory ran out (CuPy's, torch's or a library's)."""
+        kinds = (self.cp.cuda.memory.OutOfMemoryError, self.torch.cuda.OutOfMemoryError)
+        text = str(e)
+        return isinstance(e, kinds) or "out of memory" in text.lower() or "ALLOC_FAILED" in text
+
     def settle(self):
         """Wait for all this process's GPU work, on every stream: before the GPU's lock
         changes hands (shared to exclusive), nothing of the set-up may still run."""
@@ -280,11 +286,28 @@ def bench_variant(
             kernel = b.load(variant, build)
         init_s = time.monotonic() - began
         with b.stream, b.torch.cuda.stream(b.torch_stream):
+            alone = False  # the GPU held alone since a check ran out of memory beside others
             for s in runnable:  # correct before fast: every size, before any timing
                 current = s
                 t0 = time.monotonic()
                 try:
-                    case, run, launch, result, tol = b.check(kernel, variant, s)
+                    while True:
+                        try:
+                            case, run, launch, result, tol = b.check(kernel, variant, s)
+                            break
+                        except Exception as e:
+                            if alone or not b.out_of_memory(e):
+                                raise
+                        # out of memory beside the other jobs' checks (the error let go, and
+                        # its frames' arrays with it): this size again, and the job's other
+                        # sizes, with the GPU alone
+                        log(
+                            f"{b.where(variant, s)}: out of device memory beside other jobs' "
+                            "checks: checked again with the GPU alone"
+                        )
+                        b.free()
+                        hold(False)
+                        alone = True
                 except CheckError as e:
                     if not tolerate_failure:
                         raise
@@ -321,9 +344,18 @@ def bench_variant(
                 current = s
                 t0 = time.monotonic()
                 case = kept.pop(label)
-                prepared[label] = prepare_size(b, kernel, variant, s, checked[label], case)
-                del case
-                prep_s[label] = time.monotonic() - t0
+                try:
+                    prepared[label] = prepare_size(b, kernel, variant, s, checked[label], case)
+                except Exception as e:
+                    if not b.out_of_memory(e):
+                        raise
+                    prepared.pop(label, None)
+                else:
+                    prep_s[label] = time.monotonic() - t0
+                    continue
+                del case  # out of memory: this size and the rest set up at their timing
+                b.free()
+                break
             b.settle()  # nothing of the set-up runs once the GPU is another's alone
             hold(False)
             for s in runnable:
