@@ -374,3 +374,27 @@ def test_a_run_here_takes_as_many_gpu_jobs_at_once_as_nvml_lists_gpus(tmp_path, 
     assert given(FAKE_NVML_GPUS="NVIDIA H200:GPU-only") == 1
     assert given(FAKE_NVML_GPUS="") == 1  # no GPU: compile only, the count moot
     assert given("--resources", "gpu=5") == 5  # what the command line says wins
+
+
+def test_benches_spread_over_two_fake_gpus_and_a_timer_holds_back_only_its_own(fake_env):
+    """Four benches on two GPUs: two on each (seats), whichever order they come in. One
+    waiting to time on its GPU keeps new checkers off that GPU only: a checker goes to
+    the other one."""
+    env = {**fake_env, "FAKE_NVML_GPUS": "NVIDIA H200:GPU-aaaa,NVIDIA H200:GPU-bbbb"}
+    benches = [Bencher(env) for _ in range(4)]
+    try:
+        on = sorted(b.uuid for b in benches)
+        assert on == ["GPU-aaaa", "GPU-aaaa", "GPU-bbbb", "GPU-bbbb"], on
+        first = benches[0]
+        first.tell("exclusive")
+        assert not first.switched(0.5)  # its GPU's other bench still checks
+        checker = Job(env, wait_s=5, mode="shared")
+        other = "GPU-bbbb" if first.uuid == "GPU-aaaa" else "GPU-aaaa"
+        assert checker.said[0] == other, checker.said  # not behind the waiting timer
+        assert checker.go() == 0
+        mate = next(b for b in benches[1:] if b.uuid == first.uuid)
+        assert mate.end() == 0
+        assert first.switched(10)
+    finally:
+        for b in benches:
+            b.end()
