@@ -248,3 +248,44 @@ def test_a_kept_case_is_counted_by_its_inputs_outputs_guards_and_initial_values(
         args=(),
     )
     assert case_bytes(case) == 400 + 96 + (100 + 16) * 4 + 400
+
+
+def test_workers_switching_the_gpus_lock_leave_one_ledger_line_a_span(monkeypatch, tmp_path):
+    """The job holds its GPU's lock (a real flock) shared; each variant's worker checks with
+    it shared and times with it alone (kernelbook.gpu.switch_mode on the lock's file, which
+    the fork shares), the second variant in a fresh worker after the first lost its device.
+    The ledger then has one line for each span, written by the process that held it, back
+    to back and never overlapping, and none from the job's own process for the workers'
+    time; the lock is the job's again at the end, and given back."""
+    import fcntl
+
+    from kernelbook import gpu, ledger, locks
+
+    book = tmp_path / "ledger.tsv"
+    monkeypatch.setenv(gpu.LEDGER_ENV, str(book))
+    got = locks.take_lock(tmp_path, ["GPU-x"], shared=True)
+    slot = gpu.Slot("GPU-x", 0, got[1], mode="shared", locks=tmp_path)
+    gpu.hold_begins("GPU-x", shared=True)
+
+    def rows(project, study, variant, info, sizes, slot, samples, record_failure):
+        gpu.switch_mode(slot, shared=True)  # bench_variant's hold(True), then hold(False)
+        gpu.switch_mode(slot, shared=False)
+        failure = "crash" if variant.id == "a" else None  # a fresh worker for b
+        return [{"variant": variant.id, "status": "failed" if failure else "ok",
+                 "failure": failure, "reason": failure}]  # fmt: skip
+
+    monkeypatch.setattr(job, "_plain_rows", rows)
+    items = [(V(n), BuildInfo(Path(f"{n}.cubin"), "13.0", "-O3")) for n in "ab"]
+    done, _ = job._run_in_workers(None, Study(), items, None, slot, True)
+    assert [r["variant"] for r in done] == ["a", "b"]
+    assert slot.mode is None  # as the last worker left it: known to no one here
+    gpu.release_slot(slot)
+    held = sorted(ledger.read(book), key=lambda h: h.start)
+    # a: the job's shared start and a's checks, then a's timing; b: its checks (a fresh
+    # worker: the lock's mode unknown, so taken shared again), then its timing
+    assert [h.mode for h in held] == ["shared", "exclusive", "shared", "exclusive"], held
+    assert len({h.pid for h in held[:2]}) == 1 and held[2].pid == held[3].pid != held[0].pid
+    assert os.getpid() not in {h.pid for h in held}
+    assert all(a.end <= b.start + 1e-3 for a, b in zip(held, held[1:], strict=False))
+    with open(tmp_path / locks.lock_name("GPU-x"), "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)  # given back: free for anyone
