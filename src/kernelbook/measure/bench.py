@@ -349,7 +349,6 @@ def bench_variant(
                 except Exception as e:
                     if not b.out_of_memory(e):
                         raise
-                    prepared.pop(label, None)
                 else:
                     prep_s[label] = time.monotonic() - t0
                     continue
