@@ -167,29 +167,11 @@ def _try_shared(locks: Path, uuid: str, f=None):
 
 
 def take_lock(locks: Path, uuids, shared: bool = False):
-    """(index, open lock file) of the first of ``uuids`` whose lock in ``locks`` can be had
-    now, exclusive (a job that times or profiles) or ``shared`` (a job that only checks:
-    many at once, none beside an exclusive holder, none while a job waits to hold it
-    exclusive); None when none can. The lock lasts as long as the file stays open (the
-    process's life)."""
-    for i, uuid in enumerate(uuids):
-        if shared:
-            f = _try_shared(locks, uuid)
-            if f is not None:
-                return i, f
-            continue
-        q = _open(locks, uuid, "queue")
-        try:
-            if not _try(q, shared=False):
-                continue  # another job waits for it first
-            f = _open(locks, uuid)
-            if _try(f, shared=False):
-                _say_holder(f)
-                return i, f
-            f.close()
-        finally:
-            q.close()
-    return None
+    """(index, open lock file) of a GPU of ``uuids`` whose lock in ``locks`` can be had now,
+    exclusive (a job that times or profiles) or ``shared`` (a job that only checks: many at
+    once, none beside an exclusive holder, none while a job waits to hold it exclusive);
+    None when none can. The lock lasts as long as the file stays open (the process's life)."""
+    return wait_lock(locks, uuids, shared, 0.0)
 
 
 def load(locks: Path, uuid: str) -> int:
