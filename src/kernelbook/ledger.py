@@ -1,11 +1,12 @@
 """Where a run's GPU time went: the GPU ledger (kernelbook.gpu, $KERNELBOOK_GPU_LEDGER) read
 back.
 
-Each line is one process's hold of one GPU's lock: acquired and released (Unix seconds),
-pid, exclusive (bench, profile: they time) or shared (compute-sanitizer: several at once),
-the GPU's UUID and the job. Over a run's span, per GPU, the time splits into exclusive
-(something timed or profiled), shared only (sanitizers, nothing timed) and idle (no job
-held the GPU: start-up, compiles, Snakemake, the run's CPU stages). Idle time is what a
+Each line is one process's hold of one GPU's lock in one mode: acquired and released (Unix
+seconds), pid, exclusive (a bench's timing, a profile) or shared (compute-sanitizer, a
+bench's checks and set-up: several at once; a bench job has a line for each span), the
+GPU's UUID and the job. Over a run's span, per GPU, the time splits into exclusive
+(something timed or profiled), shared only (checks and sanitizers, nothing timed) and idle
+(no job held the GPU: start-up, compiles, Snakemake, the run's CPU stages). Idle time is what a
 faster pipeline can win without touching a measurement; held time is cut by measuring less
 or with less host work inside each hold.
 
