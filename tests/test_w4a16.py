@@ -153,6 +153,7 @@ def test_study_loads_with_both_baselines_and_the_read_roof():
         "13_tiled_w": [
             {"MIN_BLOCKS": b, "UNR": u, "WARPS": 4} for u, b in ((2, 4), (2, 5), (4, 4))
         ],
+        "14_bulk_ring": [{"CWARPS": c, "STAGES": s} for c in (8, 11) for s in (4, 8)],
     }
 
 
@@ -165,6 +166,7 @@ TENSOR_CORE = (
     "w4_ring_persistent",
     "w4_ring_lean",
     "w4_tiled_w",
+    "w4_bulk_ring",
 )
 RINGS = ("w4_ring_persistent", "w4_ring_lean")  # chunks of CG groups through a cp.async ring
 # 07's grid: tiles shared out evenly
@@ -185,6 +187,15 @@ def test_launch_geometry_covers_every_row(v):
         elif v.entry == "w4_cp_async_ring":  # a ring of RING 1 KB slots a warp
             assert L.block == (32 * v.defines["WARPS"], 1, 1)
             assert L.smem == v.defines["WARPS"] * v.defines["RING"] * 1024
+        elif v.entry == "w4_bulk_ring":  # a block's ring, partials and x sums; a copying warp
+            d = v.defines
+            assert L.block == (32 * (d["CWARPS"] + 1), 1, 1)
+            ring = d["STAGES"] * (16 + d["CG"] * (1024 + 32))  # barriers, W and scales a slot
+            assert L.smem == ring + 2 * d["CWARPS"] * 4 * 4 * 32 * 4 + (s["K"] // 128) * 32 * 4
+            assert L.smem <= 227 * 1024
+            tiles = -(-s["N"] // 16)  # contiguous runs of tiles, one a block at least
+            assert L.grid == (min(tiles, cfg.NOMINAL_SM_COUNT * d["BLOCKS_SM"]), 1, 1)
+            continue
         elif v.entry in RINGS:  # a ring of STAGES chunks of CG KB a warp
             d = v.defines
             assert L.block == (32 * d["WARPS"], 1, 1)
@@ -234,6 +245,9 @@ def test_kernels_compile_without_spills_and_convert_as_they_say(built, v):
     if v.entry in ("w4_cp_async_ring", *RINGS):  # W by cp.async.cg, then LDS.128
         assert {"LDGSTS.E.BYPASS.128", "LDS.128", "DEPBAR.LE"} <= ops, sorted(ops)
         assert not any(op.startswith("LDG.E") and op.endswith(".128") for op in ops), sorted(ops)
+    elif v.entry == "w4_bulk_ring":  # W and the scales by the TMA unit (two copies a slot)
+        assert {"UBLKCP.S.G", "LDS.128", "SYNCS.PHASECHK.TRANS64.TRYWAIT"} <= ops, sorted(ops)
+        assert not any(op.startswith("LDG.E.NA") for op in ops), sorted(ops)  # x alone by LDG
     elif v.entry in ("w4_offset_mma", "w4_tiled_w"):  # W through L2 only (.L1::no_allocate)
         assert "LDG.E.NA.128.CONSTANT" in ops, sorted(ops)
         # 12: the tiles' bulk L2 prefetches (09's source with W4_L2_PREFETCH); 09: none
@@ -242,10 +256,13 @@ def test_kernels_compile_without_spills_and_convert_as_they_say(built, v):
             assert "LDG.E.CONSTANT" in ops and "LDG.E.U16.CONSTANT" not in ops, sorted(ops)
     else:
         assert "LDG.E.EF.128" in ops, sorted(ops)  # W streamed: 16-byte ld.global.cs
-    converts = {op for op in ops if op.startswith("I2F")}
-    if v.entry in ("w4_offset_mma", "w4_tiled_w", *RINGS):  # the zero point an mma: no HADD2
+    # (I2F.*.RP: the reciprocal of an integer division, as 14's runs of tiles a block)
+    converts = {op for op in ops if op.startswith("I2F") and not op.endswith(".RP")}
+    if v.entry in ("w4_offset_mma", "w4_tiled_w", "w4_bulk_ring", *RINGS):  # no HADD2
         assert "HMMA.16816.F32.BF16" in ops and "HADD2.BF16_V2" not in ops, sorted(ops)
-        assert not converts and "SHFL.BFLY" not in ops, sorted(ops)
+        assert not converts, sorted(ops)
+        # the warps add through shared memory; 14's shuffles sum x, four lanes a group
+        assert ("SHFL.BFLY" in ops) == (v.entry == "w4_bulk_ring"), sorted(ops)
     elif v.entry in TENSOR_CORE:  # tensor cores; nibble pairs by LOP3 and a bf16x2 add
         assert "HMMA.16816.F32.BF16" in ops and "HADD2.BF16_V2" in ops, sorted(ops)
         assert not converts and "SHFL.BFLY" not in ops, sorted(ops)  # warps add in smem
@@ -255,8 +272,14 @@ def test_kernels_compile_without_spills_and_convert_as_they_say(built, v):
             assert not converts, sorted(converts)  # the mantissa trick: no conversion left
         else:
             assert converts, sorted(ops)
-    # __launch_bounds__: the blocks an SM the variant asks for, else 16 warps an SM
+    # __launch_bounds__: the blocks an SM the variant asks for, else 16 warps an SM; 14's
+    # copying warp counts, and a block's warps go round the SM's 4 schedulers, whose register
+    # files are a quarter each
     d = v.defines
+    if v.entry == "w4_bulk_ring":
+        per_scheduler = d["BLOCKS_SM"] * -(-(d["CWARPS"] + 1) // 4)
+        assert 0 < r.registers <= 16384 // (per_scheduler * 32), (r.registers, per_scheduler)
+        return
     warps = d["WARPS"] * d["BLOCKS_SM"] if "BLOCKS_SM" in d else 16
     assert 0 < r.registers <= 65536 // (warps * 32), (r.registers, warps)
 
@@ -393,7 +416,9 @@ def test_the_persistent_step_shares_the_tiles_out_evenly():
     assert all((n // 16) % g == 0 for n, g in grids.items())  # 1, 2, 4 and 16 tiles a block
 
 
-@pytest.mark.parametrize("vid", ["07_mma_persistent", "10_ring_persistent", "11_ring_lean"])
+@pytest.mark.parametrize(
+    "vid", ["07_mma_persistent", "10_ring_persistent", "11_ring_lean", "14_bulk_ring"]
+)
 def test_the_persistent_step_streams_several_tiles_a_block(emu_dir, numpy_as_cupy, vid):
     """07, 10 and 11 on fewer blocks than tiles (the study's shapes give a block 3 to 61 tiles on an
     H200, the emulated ones only one): each block's stream runs across tiles, groups or chunks
