@@ -8,6 +8,7 @@ mma (its documented fragment layout) and sub.bf16x2."""
 EMU = r"""
 #pragma once
 #include <array>
+#include <atomic>
 #include <barrier>
 #include <cstdint>
 #include <cstdio>
@@ -58,6 +59,18 @@ template <class V> V __shfl_xor_sync(unsigned, V v, int o) {
   emu_warps[w]->arrive_and_wait();
   return r;
 }
+template <class V> V __shfl_sync(unsigned, V v, int src) {
+  const int t = threadIdx.x + threadIdx.y * blockDim.x, w = t / 32;
+  std::memcpy(&emu_lanes[t], &v, 4);
+  emu_warps[w]->arrive_and_wait();
+  V r;
+  std::memcpy(&r, &emu_lanes[w * 32 + src % 32], 4);
+  emu_warps[w]->arrive_and_wait();
+  return r;
+}
+// atomics on shared or global memory, and the block-scope fence (the threads are OS threads)
+template <class V> V atomicAdd(V* p, V v) { return std::atomic_ref<V>(*p).fetch_add(v); }
+inline void __threadfence_block() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 // The warp-wide instructions the kernels reach through a helper that switches on
 // KERNELBOOK_EMU: each lane publishes its fragment registers, the warp meets, each lane computes
 // its own outputs from everyone's, the warp meets again.

@@ -76,6 +76,22 @@ def test_the_tiled_layout_puts_each_lanes_pieces_where_its_warp_reads_them():
                     assert St[tile, gi, g, h] == (S[row, gi] if row < N else 0)
 
 
+def test_the_paired_layout_puts_consecutive_weights_in_nibbles_s_and_s_plus_4():
+    """tile_pack(pairs=True): tiled, each word's nibble s the weight 2s and nibble s + 4 the
+    weight 2s + 1, so that (w >> 4s) & 0x000F000F holds weights 2s and 2s + 1 of the word."""
+    rng = np.random.default_rng(6)
+    N, K = 21, 256
+    Wq = rng.integers(0, 2**32, size=(N, K // 8), dtype=np.uint32)
+    S = rng.integers(1, 2**16, size=(N, K // 128), dtype=np.uint16)
+    plain, St = w4a16.tile_pack(np, Wq, S)
+    paired, St2 = w4a16.tile_pack(np, Wq, S, pairs=True)
+    assert (St == St2).all() and paired.shape == plain.shape
+    for a, b in zip(plain[:300].tolist(), paired[:300].tolist(), strict=True):
+        nib = [(a >> (4 * j)) & 15 for j in range(8)]
+        for s in range(4):
+            assert (b >> (4 * s)) & 15 == nib[2 * s] and (b >> (4 * s + 16)) & 15 == nib[2 * s + 1]
+
+
 def test_quantizer_keeps_each_weight_within_half_a_step():
     rng = np.random.default_rng(3)
     w = rng.standard_normal((7, 384)).astype(np.float32)
@@ -153,7 +169,9 @@ def test_study_loads_with_both_baselines_and_the_read_roof():
         "13_tiled_w": [
             {"MIN_BLOCKS": b, "UNR": u, "WARPS": 4} for u, b in ((2, 4), (2, 5), (4, 4))
         ],
-        "14_bulk_ring": [{"CWARPS": c, "STAGES": s} for c in (8, 11) for s in (4, 8)],
+        "14_bulk_ring": [
+            {"CWARPS": c, "UNRG": u} for c, u in ((8, 1), (8, 2), (11, 1), (11, 2), (19, 1))
+        ],
     }
 
 
@@ -191,7 +209,8 @@ def test_launch_geometry_covers_every_row(v):
             d = v.defines
             assert L.block == (32 * (d["CWARPS"] + 1), 1, 1)
             ring = d["STAGES"] * (16 + d["CG"] * (1024 + 32))  # barriers, W and scales a slot
-            assert L.smem == ring + 2 * d["CWARPS"] * 4 * 4 * 32 * 4 + (s["K"] // 128) * 32 * 4
+            sums = (d["STAGES"] + 1) * (d["CWARPS"] * 2 * 4 * 32 * 4 + 4)  # partials, counts
+            assert L.smem == ring + sums + (s["K"] // 128) * 16 * 4
             assert L.smem <= 227 * 1024
             tiles = -(-s["N"] // 16)  # contiguous runs of tiles, one a block at least
             assert L.grid == (min(tiles, cfg.NOMINAL_SM_COUNT * d["BLOCKS_SM"]), 1, 1)
@@ -377,8 +396,9 @@ def _emulate(emu_dir, v, sizes, grid=None, case=None, printed=None, name=None):
     y = case.outputs["y"]
     files = {n: emu_dir / f"{v.id}-{n}.bin" for n in ("x", "Wq", "S", "y")}
     given = dict(case.inputs)
-    if v.computes == "tiled":  # the kernel reads W and S in the problem's tiled layout
-        given["Wq"], given["S"] = w4a16.tile_pack(np, case.inputs["Wq"], case.inputs["S"])
+    if v.computes in ("tiled", "tiled_pairs"):  # W and S in the problem's tiled layout
+        pairs = v.computes == "tiled_pairs"
+        given["Wq"], given["S"] = w4a16.tile_pack(np, case.inputs["Wq"], case.inputs["S"], pairs)
     for n in ("x", "Wq", "S"):
         files[n].write_bytes(given[n].tobytes())
     files["y"].write_bytes(y.full.tobytes())

@@ -31,6 +31,11 @@ the same for rows 16 T + 8 + g; and the group's 16 scales in 32 bytes, those of 
 16 T + g and 16 T + 8 + g side by side (one 32-bit word). Tiles and groups in order. The
 baselines and the reference read the row-major Wq and S as always.
 
+Alternative ``tiled_pairs``: ``tiled`` with the nibbles of every word reordered (PAIRED):
+nibbles s and s + 4 (which one shift and one mask turn into a bf16 pair) hold the word's
+weights 2s and 2s + 1, so that the pair meets x's elements 2s and 2s + 1, a 32-bit word of
+x as it lies in memory, with no byte permutation.
+
 Inputs: x and a float32 W are standard normals (seeded per size); W is quantized group by
 group as a real checkpoint is (scale = max |w| / 7 over the group, rounded to bf16; q =
 clip(round(w / scale) + 8, 0, 15)). The float64 reference is x · wᵀ over the dequantized
@@ -82,11 +87,28 @@ def quantize(xp, w):
     return words, S
 
 
-def tile_pack(xp, Wq, S):
+# tiled_pairs: nibble p of a word holds weight PAIRED[p] of its 8 (weights 2s and 2s + 1 in
+# nibbles s and s + 4, the two a shift and one mask give as a bf16 pair)
+PAIRED = (0, 2, 4, 6, 1, 3, 5, 7)
+
+
+def pair_nibbles(xp, Wq):
+    """Wq's words with their nibbles in the ``tiled_pairs`` order: nibble p of each word is the
+    word's weight PAIRED[p]."""
+    out = xp.zeros_like(Wq)
+    for p, j in enumerate(PAIRED):
+        out |= ((Wq >> xp.uint32(4 * j)) & xp.uint32(15)) << xp.uint32(4 * p)
+    return out
+
+
+def tile_pack(xp, Wq, S, pairs=False):
     """(Wt, St): Wq (N x K/8 words) and S (N x K/128 bf16 bits) in the ``tiled`` layout (the
     module's docstring): Wt as 32-bit words, ceil(N/16) x K/128 x 2 x 32 x 4 of them; St as
     bf16 bits, ceil(N/16) x K/128 x 8 x 2 (rows g and g + 8 of the tile side by side, a
-    32-bit word a lane). Rows past N are zero (weights and scales)."""
+    32-bit word a lane). Rows past N are zero (weights and scales). ``pairs``: each word's
+    nibbles in the PAIRED order (the ``tiled_pairs`` layout)."""
+    if pairs:
+        Wq = pair_nibbles(xp, Wq)
     N, words = Wq.shape
     groups = words // 16
     T = -(-N // 16)
@@ -125,10 +147,12 @@ class W4A16(Problem):
     }
     alternatives = {
         "tiled": "y from W and the scales laid out once, before timing, in the order a "
-        "16-row-tile kernel reads them (tile_pack)"
+        "16-row-tile kernel reads them (tile_pack)",
+        "tiled_pairs": "tiled, with each word's nibbles reordered so that the pair a shift and "
+        "a mask extract is two consecutive weights (tile_pack(pairs=True))",
     }
     # the problem's own y, from the same weights in another layout: a ladder step
-    supersets = frozenset({"tiled"})
+    supersets = frozenset({"tiled", "tiled_pairs"})
     default_params = {}
     figure_of_merit = "gbps"
     peak = "bf16_tensor"
@@ -179,8 +203,8 @@ class W4A16(Problem):
             del w
         inputs = {"x": x, "Wq": Wq, "S": S}
         w, sc = Wq, S  # what the kernel reads
-        if computes == "tiled":
-            w, sc = tile_pack(cp, Wq, S)
+        if computes in ("tiled", "tiled_pairs"):
+            w, sc = tile_pack(cp, Wq, S, pairs=computes == "tiled_pairs")
             inputs.update(Wt=w, St=sc)
         case = Case(
             sizes=dict(sizes),
