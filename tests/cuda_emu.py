@@ -50,16 +50,8 @@ inline void __syncthreads() { emu_block->arrive_and_wait(); }
 inline void __syncwarp(unsigned = 0xffffffffu) {
   emu_warps[(threadIdx.x + threadIdx.y * blockDim.x) / 32]->arrive_and_wait();
 }
-template <class V> V __shfl_xor_sync(unsigned, V v, int o) {
-  const int t = threadIdx.x + threadIdx.y * blockDim.x, w = t / 32;
-  std::memcpy(&emu_lanes[t], &v, 4);
-  emu_warps[w]->arrive_and_wait();
-  V r;
-  std::memcpy(&r, &emu_lanes[w * 32 + ((t % 32) ^ o)], 4);
-  emu_warps[w]->arrive_and_wait();
-  return r;
-}
-template <class V> V __shfl_sync(unsigned, V v, int src) {
+// lane src's v, for every lane of the calling thread's warp (the warp meets twice)
+template <class V> V emu_shfl(V v, int src) {
   const int t = threadIdx.x + threadIdx.y * blockDim.x, w = t / 32;
   std::memcpy(&emu_lanes[t], &v, 4);
   emu_warps[w]->arrive_and_wait();
@@ -68,6 +60,10 @@ template <class V> V __shfl_sync(unsigned, V v, int src) {
   emu_warps[w]->arrive_and_wait();
   return r;
 }
+template <class V> V __shfl_xor_sync(unsigned, V v, int o) {
+  return emu_shfl(v, ((threadIdx.x + threadIdx.y * blockDim.x) % 32) ^ o);
+}
+template <class V> V __shfl_sync(unsigned, V v, int src) { return emu_shfl(v, src); }
 // atomics on shared or global memory, and the block-scope fence (the threads are OS threads)
 template <class V> V atomicAdd(V* p, V v) { return std::atomic_ref<V>(*p).fetch_add(v); }
 inline void __threadfence_block() { std::atomic_thread_fence(std::memory_order_seq_cst); }
