@@ -29,10 +29,19 @@ PROJECT = cfg.load_project_file(
 )
 STUDY = PROJECT.study("decode_gemm")
 VIDS = [v.id for v in STUDY.variants]
-CUDA_VIDS = [v.id for v in STUDY.variants if v.kind == "cuda"]  # nvcc and the emulator
-# on the GPU: the CUDA steps and one candidate of the tuned Triton step (a tuned variant is
-# benched through its candidates)
-GPU_JOBS = [*CUDA_VIDS, "05_triton__BLOCK_M16_BLOCK_N32_BLOCK_K256_NUM_WARPS4_NUM_STAGES4"]
+CUDA_VIDS = [v.id for v in STUDY.variants if v.kind == "cuda"]
+# what nvcc builds and the emulator runs: the plain CUDA steps and every candidate of a tuned one
+CUDA_BUILT = [v.id for v in STUDY.jobs() if v.kind == "cuda"]
+RUN_CANDIDATES = [v.id for v in STUDY.candidates if v.tuned_from == "09_row_run"]
+# on the GPU: the plain CUDA steps and a candidate of each tuned step (a tuned variant is
+# benched through its candidates): 09's shortest run at the shallower depth, and its longest
+# run at the deeper one
+GPU_JOBS = [
+    *[vid for vid in CUDA_VIDS if not STUDY.variant(vid).is_tuned],
+    "05_triton__BLOCK_M16_BLOCK_N32_BLOCK_K256_NUM_WARPS4_NUM_STAGES4",
+    "09_row_run__ROWS1_DEPTH8_WARPS4",
+    "09_row_run__ROWS8_DEPTH16_WARPS8",
+]
 MS = (1, 2, 4, 8, 16, 32)
 LAYERS = ((4096, 4096), (14336, 4096), (4096, 14336), (28672, 4096), (128256, 4096))
 HGEMM = problems.get("hgemm")
@@ -52,9 +61,15 @@ def test_study_loads_with_the_decode_sizes():
     assert STUDY.sanitize_sizes == ({"M": 3, "N": 37, "K": 1001},)
     assert VIDS == [
         "01_thread_per_output", "02_warp_per_row", "03_rows_per_warp", "04_split_k", "05_triton",
-        "06_mma", "07_stream", "08_no_allocate",
+        "06_mma", "07_stream", "08_no_allocate", "09_row_run",
     ]  # fmt: skip
     assert VIDS[:4] + VIDS[5:] == CUDA_VIDS and STUDY.variant("05_triton").is_tuned
+    # 09's run length, depth and block tuned at the two M = 1 layers past 8 K rows
+    assert STUDY.variant("09_row_run").is_tuned
+    assert [c.tune_point for c in STUDY.candidates if c.tuned_from == "09_row_run"] == [
+        {"DEPTH": d, "ROWS": r, "WARPS": w} for r in (1, 2, 4, 8) for d in (8, 16) for w in (4, 8)
+    ]
+    assert set(GPU_JOBS) <= {v.id for v in STUDY.jobs()}
     for v in STUDY.variants:
         ext = ".py" if v.kind == "triton" else ".cu"
         assert v.source == f"kernels/decode_gemm/{v.id}{ext}", v.id
@@ -137,10 +152,10 @@ def test_the_triton_step_compiles_to_tensor_core_code_for_every_candidate(tmp_pa
         s = STUDY.headline
         grid = c.launches(s, sm_count=cfg.NOMINAL_SM_COUNT)[0].grid
         assert grid[0] == -(-s["N"] // c.defines["BLOCK_N"]) and grid[1] == 1
-    assert GPU_JOBS[-1] in v.candidates  # the GPU tests' candidate is one of them
+    assert GPU_JOBS[-3] in v.candidates  # the GPU tests' candidate is one of them
 
 
-@pytest.mark.parametrize("vid", CUDA_VIDS)
+@pytest.mark.parametrize("vid", [vid for vid in CUDA_BUILT if not STUDY.variant(vid).is_tuned])
 def test_launch_geometry_covers_every_output(vid):
     v = STUDY.variant(vid)
     d = v.defines
@@ -189,11 +204,11 @@ def test_split_k_splits_the_short_n_shapes_only():
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    variants = [STUDY.variant(vid) for vid in CUDA_VIDS]
+    variants = [STUDY.variant(vid) for vid in CUDA_BUILT]
     return compile_variants(tmp_path_factory, "decode-cubins", variants, ARCH, FLAGS)
 
 
-@pytest.mark.parametrize("vid", CUDA_VIDS)
+@pytest.mark.parametrize("vid", CUDA_BUILT)
 def test_kernels_compile_without_spills_with_their_loads(built, vid):
     res = built[vid]
     v = STUDY.variant(vid)
@@ -212,7 +227,7 @@ def test_kernels_compile_without_spills_with_their_loads(built, vid):
         assert wide and "SHFL.BFLY" in ops, sorted(ops)  # 16-byte loads, shuffle reduction
     if vid in ("03_rows_per_warp", "04_split_k", "06_mma", "07_stream"):
         assert "LDG.E.EF.128" in ops, sorted(ops)  # W streamed (ld.global.cs: evict first)
-    if vid == "08_no_allocate":  # W past L1 (ld.global.nc.L1::no_allocate), x through it
+    if vid == "08_no_allocate" or vid in RUN_CANDIDATES:  # W past L1 (.L1::no_allocate), x in it
         assert {"LDG.E.NA.128.CONSTANT", "LDG.E.128.CONSTANT"} <= ops, sorted(ops)
     threads = v.launch(STUDY.headline).block[0]
     assert 0 < r.registers <= 65536 // threads
@@ -323,11 +338,18 @@ def _emulate(emu_dir, vid, sizes, launches=None):
     return case
 
 
-@pytest.mark.parametrize("vid", CUDA_VIDS)
+# 09's run path: K / 256 steps a row, a multiple of DEPTH 8 only (2048) or of both depths
+# (4096, 8192), N no multiple of a block's rows, a last warp with fewer rows than ROWS, and
+# M > 1 (the run streamed again a batch row)
+RUN_SHAPES = [(1, 45, 2048), (3, 21, 4096), (2, 7, 8192)]
+
+
+@pytest.mark.parametrize("vid", [vid for vid in CUDA_BUILT if not STUDY.variant(vid).is_tuned])
 def test_kernels_run_correctly_on_the_cpu_emulator(emu_dir, numpy_as_cupy, vid):
     tol = HGEMM.tolerance({}, "bfloat16")
     splits = set()
-    for M, N, K in EMULATED:
+    shapes = EMULATED + RUN_SHAPES if vid in RUN_CANDIDATES else EMULATED
+    for M, N, K in shapes:
         sizes = {"M": M, "N": N, "K": K}
         case = _emulate(emu_dir, vid, sizes)
         result = HGEMM.check(case, tol, f"decode_gemm/{vid} at {M}x{N}x{K} (emulated)")

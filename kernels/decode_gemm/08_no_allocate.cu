@@ -30,20 +30,6 @@
 #endif
 static_assert(UNR % 2 == 0, "steps alternate between the two accumulators");
 
-// 16 bytes of W, read through L2 only: L1 keeps x
-__device__ __forceinline__ uint4 load_w(const uint4* p)
-{
-#ifdef KERNELBOOK_EMU
-  return *p;
-#else
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-#endif
-}
-
 extern "C" __global__ void __launch_bounds__(32 * WARPS)
 decode_no_allocate(int M, int N, int K, const __nv_bfloat16* __restrict__ x,
                    const __nv_bfloat16* __restrict__ W, __nv_bfloat16* __restrict__ y)

@@ -1,4 +1,4 @@
-// What the decode_gemm steps 02-04 share: bf16 arithmetic on 16-byte vectors, and the warp's
+// What the decode_gemm steps share: bf16 arithmetic on 16-byte vectors, and the warp's
 // sum. Included with quotes, so a kernel's source hash covers it (kernelbook.provenance).
 #pragma once
 #include <cuda_bf16.h>
@@ -27,4 +27,18 @@ __device__ __forceinline__ float warp_sum(float v)
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
+}
+
+// 16 bytes of W, read through L2 only (ld.global.nc.L1::no_allocate): L1 keeps x (08, 09)
+__device__ __forceinline__ uint4 load_w(const uint4* p)
+{
+#ifdef KERNELBOOK_EMU
+  return *p;
+#else
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+#endif
 }
