@@ -33,14 +33,17 @@ CUDA_VIDS = [v.id for v in STUDY.variants if v.kind == "cuda"]
 # what nvcc builds and the emulator runs: the plain CUDA steps and every candidate of a tuned one
 CUDA_BUILT = [v.id for v in STUDY.jobs() if v.kind == "cuda"]
 RUN_CANDIDATES = [v.id for v in STUDY.candidates if v.tuned_from == "09_row_run"]
+RING_CANDIDATES = [v.id for v in STUDY.candidates if v.tuned_from == "10_bulk_ring"]
 # on the GPU: the plain CUDA steps and a candidate of each tuned step (a tuned variant is
-# benched through its candidates): 09's shortest run at the shallower depth, and its longest
-# run at the deeper one
+# benched through its candidates): 09's shortest and longest runs, 10's fewest and most
+# warps an SM
 GPU_JOBS = [
     *[vid for vid in CUDA_VIDS if not STUDY.variant(vid).is_tuned],
     "05_triton__BLOCK_M16_BLOCK_N32_BLOCK_K256_NUM_WARPS4_NUM_STAGES4",
-    "09_row_run__ROWS1_DEPTH8_WARPS4",
-    "09_row_run__ROWS8_DEPTH16_WARPS8",
+    "09_row_run__ROWS2_DEPTH8_WARPS4",
+    "09_row_run__ROWS8_DEPTH8_WARPS8",
+    "10_bulk_ring__WARPS4_SLOTS3_BLOCKS_SM2",
+    "10_bulk_ring__WARPS8_SLOTS3_BLOCKS_SM2",
 ]
 MS = (1, 2, 4, 8, 16, 32)
 LAYERS = ((4096, 4096), (14336, 4096), (4096, 14336), (28672, 4096), (128256, 4096))
@@ -61,14 +64,20 @@ def test_study_loads_with_the_decode_sizes():
     assert STUDY.sanitize_sizes == ({"M": 3, "N": 37, "K": 1001},)
     assert VIDS == [
         "01_thread_per_output", "02_warp_per_row", "03_rows_per_warp", "04_split_k", "05_triton",
-        "06_mma", "07_stream", "08_no_allocate", "09_row_run",
+        "06_mma", "07_stream", "08_no_allocate", "09_row_run", "10_bulk_ring",
     ]  # fmt: skip
     assert VIDS[:4] + VIDS[5:] == CUDA_VIDS and STUDY.variant("05_triton").is_tuned
     # 09's run length, depth and block tuned at the two M = 1 layers past 8 K rows
     assert STUDY.variant("09_row_run").is_tuned
     assert [c.tune_point for c in STUDY.candidates if c.tuned_from == "09_row_run"] == [
-        {"DEPTH": d, "ROWS": r, "WARPS": w} for r in (1, 2, 4, 8) for d in (8, 16) for w in (4, 8)
+        {"DEPTH": 8, "ROWS": r, "WARPS": w} for r in (2, 4, 8) for w in (4, 8)
     ]
+    # 10's warps, slots and blocks an SM: rings of 96 to 192 KB an SM, 8 warps an SM or more
+    ring = [c.tune_point for c in STUDY.candidates if c.tuned_from == "10_bulk_ring"]
+    assert len(ring) == 4, ring
+    for t in ring:
+        assert 96 * 1024 <= t["WARPS"] * t["SLOTS"] * t["BLOCKS_SM"] * 4096 <= 192 * 1024, t
+        assert t["WARPS"] * t["BLOCKS_SM"] >= 8, t
     assert set(GPU_JOBS) <= {v.id for v in STUDY.jobs()}
     for v in STUDY.variants:
         ext = ".py" if v.kind == "triton" else ".cu"
@@ -152,7 +161,7 @@ def test_the_triton_step_compiles_to_tensor_core_code_for_every_candidate(tmp_pa
         s = STUDY.headline
         grid = c.launches(s, sm_count=cfg.NOMINAL_SM_COUNT)[0].grid
         assert grid[0] == -(-s["N"] // c.defines["BLOCK_N"]) and grid[1] == 1
-    assert GPU_JOBS[-3] in v.candidates  # the GPU tests' candidate is one of them
+    assert GPU_JOBS[-5] in v.candidates  # the GPU tests' candidate is one of them
 
 
 @pytest.mark.parametrize("vid", [vid for vid in CUDA_BUILT if not STUDY.variant(vid).is_tuned])
@@ -164,7 +173,14 @@ def test_launch_geometry_covers_every_output(vid):
         launches = v.launches(s, sm_count=cfg.NOMINAL_SM_COUNT)
         L = launches[0]
         threads = L.block[0] * L.block[1] * L.block[2]
-        assert L.smem == 0 and threads % 32 == 0 and threads <= 1024
+        assert threads % 32 == 0 and threads <= 1024
+        if vid in RING_CANDIDATES:  # persistent; a ring of SLOTS 4 KB slots a warp
+            assert L.grid == (cfg.NOMINAL_SM_COUNT * d["BLOCKS_SM"], 1, 1) and len(launches) == 1
+            assert L.smem == d["WARPS"] * d["SLOTS"] * (4096 + 8) and threads == 32 * d["WARPS"]
+            # BLOCKS_SM blocks fit an SM's 228 KB with the 1 KB the system keeps a block
+            assert d["BLOCKS_SM"] * (L.smem + 1024) <= 228 * 1024, (vid, L)
+            continue
+        assert L.smem == 0
         if vid == "01_thread_per_output":
             assert L.grid[0] * L.block[0] >= N > (L.grid[0] - 1) * L.block[0]
             assert L.grid[1] == M
@@ -348,10 +364,14 @@ RUN_SHAPES = [(1, 45, 2048), (3, 21, 4096), (2, 7, 8192)]
 def test_kernels_run_correctly_on_the_cpu_emulator(emu_dir, numpy_as_cupy, vid):
     tol = HGEMM.tolerance({}, "bfloat16")
     splits = set()
-    shapes = EMULATED + RUN_SHAPES if vid in RUN_CANDIDATES else EMULATED
+    shapes = EMULATED + RUN_SHAPES if vid in RUN_CANDIDATES + RING_CANDIDATES else EMULATED
     for M, N, K in shapes:
         sizes = {"M": M, "N": N, "K": K}
-        case = _emulate(emu_dir, vid, sizes)
+        launches = None
+        if vid in RING_CANDIDATES:  # 10 on 2 blocks: a warp's rows several, its ring reused
+            (L,) = STUDY.variant(vid).launches(sizes, sm_count=cfg.NOMINAL_SM_COUNT)
+            launches = [cfg.Launch((2, 1, 1), L.block, L.smem)]
+        case = _emulate(emu_dir, vid, sizes, launches)
         result = HGEMM.check(case, tol, f"decode_gemm/{vid} at {M}x{N}x{K} (emulated)")
         # the only error left is y's rounding to bf16 (FP32 sums over K <= 4104)
         assert result.rel_err < 4e-3, (vid, sizes, result)
@@ -444,3 +464,22 @@ def test_the_streaming_step_carries_its_pipeline_across_rows_on_the_emulator(
         case = _emulate(emu_dir, "07_stream", sizes, launches=[few])
         result = HGEMM.check(case, tol, f"decode_gemm/07_stream at {M}x{N}x{K} on 2 blocks")
         assert result.rel_err < 4e-3, (sizes, result)
+
+
+def test_the_ring_step_splits_rows_over_any_grid_on_the_emulator(emu_dir, numpy_as_cupy):
+    """10's rows are split evenly over the grid's warps, whatever the grid: at its nominal
+    grid (more warps than rows: most warps have none), on one block (each warp's ring wraps
+    many times, through several rows and M's passes), and on 3 blocks (rows not a multiple of
+    the warps). Each is what a GPU with that many SMs would run."""
+    tol = HGEMM.tolerance({}, "bfloat16")
+    vid = RING_CANDIDATES[0]
+    for sizes, blocks in [
+        ({"M": 1, "N": 45, "K": 2048}, None),
+        ({"M": 3, "N": 29, "K": 4096}, 1),
+        ({"M": 2, "N": 50, "K": 2048}, 3),
+    ]:
+        (L,) = STUDY.variant(vid).launches(sizes, sm_count=cfg.NOMINAL_SM_COUNT)
+        launches = [L if blocks is None else cfg.Launch((blocks, 1, 1), L.block, L.smem)]
+        case = _emulate(emu_dir, vid, sizes, launches)
+        result = HGEMM.check(case, tol, f"decode_gemm/{vid} at {sizes} on {launches[0].grid}")
+        assert result.rel_err < 4e-3, (sizes, blocks, result)

@@ -18,7 +18,8 @@
 // - the grid stays non-persistent (cdiv(N, WARPS * ROWS) blocks), so the last wave's
 //   imbalance is one block's run of rows, not a persistent warp's whole share.
 // The run's length trades the gaps (one a run) against the tail (the last blocks' runs):
-// ROWS, DEPTH and WARPS are tuned at 1 x 14336 x 4096 and 1 x 28672 x 4096.
+// ROWS and WARPS are tuned at 1 x 14336 x 4096 and 1 x 28672 x 4096. DEPTH 16 (8 KB a warp)
+// takes 168 registers a lane, 12 warps an SM, and lost at every size when scouted.
 // Hypothesis: >= 93 % of the read ceiling at the M = 1 sizes of 14336 rows and up, so past
 // cuBLAS's best at 1 x 28672 x 4096.
 // What ncu should show: dram__throughput above 08's; long scoreboard still the largest stall
