@@ -165,16 +165,13 @@ def test_study_loads_with_both_baselines_and_the_read_roof():
         "10_ring_persistent": [{"STAGES": 3}, {"STAGES": 6}],
         "11_ring_lean": [{"STAGES": 3}, {"STAGES": 4}],
         "12_l2_prefetch": [{"AHEAD": a} for a in (0, 330, 660)],
-        # 96 registers spill with UNR 4 (ptxas 13.0): that point is left out
+        # 80 registers at UNR 2, 64 at UNR 1 (8 blocks an SM), 128 at UNR 4
         "13_tiled_w": [
-            {"MIN_BLOCKS": b, "UNR": u, "WARPS": 4} for u, b in ((2, 4), (2, 5), (4, 4))
+            {"MIN_BLOCKS": b, "UNR": u, "WARPS": 4}
+            for u, b in ((1, 6), (1, 8), (2, 5), (2, 6), (4, 4))
         ],
         "14_bulk_ring": [
             {"CWARPS": c, "UNRG": u} for c, u in ((8, 1), (8, 2), (11, 1), (11, 2), (19, 1))
-        ],
-        # two rounds in registers: 80 registers at UNR 1 (6 blocks an SM), 128 at UNR 2
-        "15_tiled_prefetch": [
-            {"MIN_BLOCKS": b, "TILES": t, "UNR": u} for u, b in ((1, 6), (2, 4)) for t in (2, 8)
         ],
     }
 
@@ -189,7 +186,6 @@ TENSOR_CORE = (
     "w4_ring_lean",
     "w4_tiled_w",
     "w4_bulk_ring",
-    "w4_tiled_prefetch",
 )
 RINGS = ("w4_ring_persistent", "w4_ring_lean")  # chunks of CG groups through a cp.async ring
 # 07's grid: tiles shared out evenly
@@ -234,8 +230,6 @@ def test_launch_geometry_covers_every_row(v):
             assert L.grid[0] <= cap and per == -(-tiles // cap) and L.grid[1:] == (1, 1)
             assert tiles > (per - 1) * L.grid[0]  # every block has per - 1 tiles at least
             continue
-        if v.entry == "w4_tiled_prefetch":  # TILES adjacent tiles a block
-            rows = 16 * v.defines["TILES"]
         assert L.grid[0] * rows >= s["N"] > (L.grid[0] - 1) * rows and L.grid[1] == 1
 
 
@@ -274,21 +268,17 @@ def test_kernels_compile_without_spills_and_convert_as_they_say(built, v):
     elif v.entry == "w4_bulk_ring":  # W and the scales by the TMA unit (two copies a slot)
         assert {"UBLKCP.S.G", "LDS.128", "SYNCS.PHASECHK.TRANS64.TRYWAIT"} <= ops, sorted(ops)
         assert not any(op.startswith("LDG.E.NA") for op in ops), sorted(ops)  # x alone by LDG
-    elif v.entry in ("w4_offset_mma", "w4_tiled_w", "w4_tiled_prefetch"):  # W past L1
+    elif v.entry in ("w4_offset_mma", "w4_tiled_w"):  # W through L2 only (.L1::no_allocate)
         assert "LDG.E.NA.128.CONSTANT" in ops, sorted(ops)
         # 12: the tiles' bulk L2 prefetches (09's source with W4_L2_PREFETCH); 09: none
         assert ("UBLKPF.L2" in ops) == v.id.startswith("12_"), (v.id, sorted(ops))
-        if v.entry in ("w4_tiled_w", "w4_tiled_prefetch"):  # one 32-bit load: both scales
+        if v.entry == "w4_tiled_w":  # a 32-bit load gives a lane both of its rows' scales
             assert "LDG.E.CONSTANT" in ops and "LDG.E.U16.CONSTANT" not in ops, sorted(ops)
-        # 15: the paired nibbles meet x's words as they lie: its PRMTs are y's bf16 stores'
-        # (13 permutes x, 16 PRMTs a group)
-        prmt = res.sass.get("PRMT", 0)
-        assert prmt <= 4 if v.entry == "w4_tiled_prefetch" else prmt >= 16, (v.id, prmt)
     else:
         assert "LDG.E.EF.128" in ops, sorted(ops)  # W streamed: 16-byte ld.global.cs
     # (I2F.*.RP: the reciprocal of an integer division, as 14's runs of tiles a block)
     converts = {op for op in ops if op.startswith("I2F") and not op.endswith(".RP")}
-    if v.entry in ("w4_offset_mma", "w4_tiled_w", "w4_bulk_ring", "w4_tiled_prefetch", *RINGS):
+    if v.entry in ("w4_offset_mma", "w4_tiled_w", "w4_bulk_ring", *RINGS):  # no HADD2
         assert "HMMA.16816.F32.BF16" in ops and "HADD2.BF16_V2" not in ops, sorted(ops)
         assert not converts, sorted(ops)
         # the warps add through shared memory; 14's shuffles sum x, four lanes a group
