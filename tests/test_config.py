@@ -312,6 +312,49 @@ def test_sanitize_sizes_each_variant_at_the_first_it_accepts(root):
     assert plain.sanitize_size_for(plain.variant("02_coalescing")) == {"M": 128, "N": 128, "K": 128}
 
 
+def test_sanitize_also_adds_every_path_size_a_variant_accepts(root):
+    """sanitize.also: sizes each variant is sanitized at besides its first (the odd size
+    that runs the guards, the aligned one that reaches a fast path): in order, only where its
+    `requires` accept them, none twice; a size the problem refuses is one error naming it."""
+    sized = BASE.replace(
+        "baseline: cublas\n",
+        "baseline: cublas\nsanitize:\n  size: {M: 100, N: 64, K: 64}\n"
+        "  also: [{M: 256, N: 64, K: 64}, {M: 100, N: 64, K: 64}, {M: 64, N: 64, K: 64}]\n",
+    )
+    two = VARIANT_2 + '    requires: ["M >= 128"]\n'
+    study = load_text(root, sized + two)
+    assert study.sanitize_also == (
+        {"M": 256, "N": 64, "K": 64},
+        {"M": 100, "N": 64, "K": 64},
+        {"M": 64, "N": 64, "K": 64},
+    )
+    at = {v.id: study.sanitize_sizes_for(v) for v in study.variants}
+    assert at == {
+        # its first, then the also sizes not yet in the list
+        "01_naive": [
+            {"M": 100, "N": 64, "K": 64},
+            {"M": 256, "N": 64, "K": 64},
+            {"M": 64, "N": 64, "K": 64},
+        ],  # fmt: skip
+        # the first it accepts is none of `size`: the study's smallest, then 256 (M >= 128)
+        "02_coalescing": [{"M": 128, "N": 128, "K": 128}, {"M": 256, "N": 64, "K": 64}],
+    }
+    plain = load_text(root, BASE)  # no also: the one size, as before
+    assert plain.sanitize_sizes_for(plain.variant("01_naive")) == [
+        plain.sanitize_size_for(plain.variant("01_naive"))
+    ]
+    # the sanitize job's entries: one a size, each labelled with its variant
+    from kernelbook.profile.job import _sanitize_entries
+
+    entries = _sanitize_entries(study, study.variant("02_coalescing"), {}, None, cubin="k.cubin")
+    assert [(e[0], e[1].id, str(e[2]), e[3]) for e in entries] == [
+        ("02_coalescing", "02_coalescing", "k.cubin", size) for size in at["02_coalescing"]
+    ]
+    bad = sized.replace("{M: 64, N: 64, K: 64}]", "{M: 64, N: 64, Q: 64}]")
+    with pytest.raises(ConfigError, match=r"t\.yaml: sanitize\.also\[2\]"):
+        load_text(root, bad)
+
+
 # (id, study text, regexes the message must match besides the file name)
 BROKEN = [
     ("unknown top-level key", BASE + "bogus: 1\n", [r"\(top level\)", r"unknown key", "bogus"]),

@@ -144,10 +144,15 @@ def load_study(path: Path, settings: dict, root: Path) -> Study:
         )
         for i, z in enumerate(given)
     )
+    sanitize_also = tuple(
+        _complete_size(z, problem.size_names, f"{shown}: sanitize.also[{i}]", problem.zero_sizes)
+        for i, z in enumerate(san_raw.get("also", []))
+    )
     sanitize_tools = tuple(san_raw.get("tools", settings["sanitize"]["tools"]))
 
     posed = [("sizes", s) for s in sizes] + [("profile.sizes", s) for s in profile_sizes]
     posed += [("sanitize.size", s) for s in sanitize_sizes]
+    posed += [("sanitize.also", s) for s in sanitize_also]
     for key, s in posed:
         why = problem.size_error(s)
         if why:
@@ -164,7 +169,7 @@ def load_study(path: Path, settings: dict, root: Path) -> Study:
         v, cands = _variant(name, vraw, settings, root, problem, params, sizes, where)
         variants.append(v)
         candidates.extend(cands)
-        claimed = [*sizes, *profile_sizes, *sanitize_sizes]
+        claimed = [*sizes, *profile_sizes, *sanitize_sizes, *sanitize_also]
         _check_launches([v, *cands], claimed, smem_optin_limit(v.target(settings["arch"])), where)
     _check_claims(variants, shown)
     fom = raw.get("figure_of_merit", problem.figure_of_merit)
@@ -199,6 +204,7 @@ def load_study(path: Path, settings: dict, root: Path) -> Study:
         profile_sizes=profile_sizes,
         sanitize_tools=sanitize_tools,
         sanitize_sizes=sanitize_sizes,
+        sanitize_also=sanitize_also,
     )
 
 

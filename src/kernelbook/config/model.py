@@ -203,6 +203,8 @@ class Study:
     # where compute-sanitizer runs: each variant at the first of these its `requires` accept,
     # else (none given, or none it can run) at its smallest runnable size of the study
     sanitize_sizes: tuple[dict[str, int], ...] = ()
+    # and also at each of these a variant's `requires` accept (paths the first does not reach)
+    sanitize_also: tuple[dict[str, int], ...] = ()
     # baselines timed beside the first (``baseline: [a, b, ...]``): extra columns, lines
     extra_baselines: tuple[str, ...] = ()
     second_headline: dict[str, int] | None = None  # a second size the ladder is drawn at
@@ -221,6 +223,16 @@ class Study:
         prob = problems.get(self.problem)
         runnable = [s for s in self.sizes if not variant.unmet(s)]
         return min(runnable, key=lambda s: _cost(prob, s, self.dtype)) if runnable else None
+
+    def sanitize_sizes_for(self, variant: Variant) -> list[dict[str, int]]:
+        """Every size the variant is sanitized at: sanitize_size_for's, then each of
+        ``sanitize.also`` it can run (in order, none twice); [] where it runs none."""
+        first = self.sanitize_size_for(variant)
+        out = [] if first is None else [first]
+        for s in self.sanitize_also:
+            if not variant.unmet(s) and s not in out:
+                out.append(s)
+        return out
 
     def expects(self) -> dict[str, str | None]:
         """{variant id: its ``expect`` (None for an ordinary variant)}: what the gates read."""

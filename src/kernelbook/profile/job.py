@@ -150,7 +150,8 @@ def sanitize_job(
 def _sanitize_entries(study: Study, variant: Variant, failed, build_dir, cubin=None,
                       tuned_table=None) -> list[tuple]:  # fmt: skip
     """sanitize.sanitize_study's entries for ``variant``: its cubin (a tuned variant's winner
-    at the headline) at its sanitize size, with what its bench found failing (``failed``)."""
+    at the headline) at each of its sanitize sizes (Study.sanitize_sizes_for), with what its
+    bench found failing (``failed``)."""
     lost = next(((k, r) for k, r in failed.values() if k in sanitize.NOT_RERUN), None)
     bad = next(iter(failed.values()), None)  # failed at some size: explained, not waited on
     if variant.is_tuned:
@@ -160,11 +161,10 @@ def _sanitize_entries(study: Study, variant: Variant, failed, build_dir, cubin=N
         runs = targets(study, variant, [], build_dir, cubin, tuned_table)
     entries = []
     for run, path, _ in runs:
-        size = study.sanitize_size_for(run)
-        if size is None:
+        sizes = study.sanitize_sizes_for(run)
+        if not sizes:
             _eprint(f"{study.name}/{run.id}: no size it can run at; not sanitized")
-            continue
-        entries.append((variant.id, run, path, size, lost, bad, variant.expect))
+        entries += [(variant.id, run, path, size, lost, bad, variant.expect) for size in sizes]
     return entries
 
 

@@ -315,7 +315,8 @@ def attention(data: StudyData, stale: list[dict] | None = None) -> list[str]:
         for _, r in san[san["verdict"] != "clean"].iterrows():
             what = "known finding" if r["verdict"] == "known" else "FINDINGS"
             out.append(
-                f"**{r['variant']}**: compute-sanitizer {r['tool']} {what}: {r['errors']} "
+                f"**{r['variant']}** at {r['size']}: compute-sanitizer {r['tool']} {what}: "
+                f"{r['errors']} "
                 f"error(s), {r['warnings']} warning(s)"
                 + (f"; {esc(r['known_reason'])}" if not isnull(r["known_reason"]) else "")
                 + (
