@@ -316,8 +316,7 @@ def attention(data: StudyData, stale: list[dict] | None = None) -> list[str]:
             what = "known finding" if r["verdict"] == "known" else "FINDINGS"
             out.append(
                 f"**{r['variant']}** at {r['size']}: compute-sanitizer {r['tool']} {what}: "
-                f"{r['errors']} "
-                f"error(s), {r['warnings']} warning(s)"
+                f"{r['errors']} error(s), {r['warnings']} warning(s)"
                 + (f"; {esc(r['known_reason'])}" if not isnull(r["known_reason"]) else "")
                 + (
                     f"; first: `{inline_code(r['first_finding'])}`"
