@@ -222,6 +222,22 @@ def test_candidates_without_their_builds_name_the_missing_build_table(tmp_path):
     )
 
 
+def test_candidates_beside_a_plain_variant_bench_it_as_itself(tmp_path):
+    """`bench STUDY PLAIN TUNED --candidates`: the plain step is benched beside the tuned
+    one's candidates, in the order named (here the first build table looked for is the plain
+    one's); only where no variant named is autotuned is --candidates an error."""
+    proc = kb("bench", "sgemm", "01_naive", "14_triton", "--candidates", "--build-dir",
+              str(tmp_path), check=False)  # fmt: skip
+    assert proc.returncode == 1
+    want = f"kernelbook: error: sgemm/01_naive: no build table at {tmp_path / '01_naive'}"
+    assert want in proc.stderr, proc.stderr
+    proc = kb("bench", "sgemm", "01_naive", "02_coalescing", "--candidates", check=False)
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "kernelbook: error: bench --candidates: sgemm/01_naive, 02_coalescing is not "
+        "autotuned (no candidates to bench)"
+    )
+
+
 def test_a_cubin_is_for_one_variant_not_a_tune_space():
     proc = kb("bench", "sgemm", "14_triton", "--candidates", "--cubin", "x.cubin", check=False)
     assert proc.returncode == 1

@@ -103,13 +103,18 @@ def cmd_bench(args) -> int:
         study = _load_study(args, project, args.study)
         variants = [study.variant(v) for v in args.variant]
         if args.candidates:
-            plain = [v.id for v in variants if not v.is_tuned]
-            if plain:
+            # the autotuned ones through their candidates; a plain one named beside them (the
+            # step they are compared with) as itself, in the order given
+            if not any(v.is_tuned for v in variants):
                 raise cfg.ConfigError(
-                    f"bench --candidates: {study.name}/{', '.join(plain)} is not autotuned "
-                    "(no candidates to bench)"
+                    f"bench --candidates: {study.name}/{', '.join(args.variant)} is not "
+                    "autotuned (no candidates to bench)"
                 )
-            variants = [study.variant(c) for v in variants for c in v.candidates]
+            variants = [
+                w
+                for v in variants
+                for w in (map(study.variant, v.candidates) if v.is_tuned else [v])
+            ]
         return bench_variants(
             project, study, variants, _sizes(args), args.out, args.samples_out,
             args.record_failure, args.build_dir,
@@ -385,7 +390,8 @@ def parser() -> argparse.ArgumentParser:
         "--candidates",
         action="store_true",
         help="bench every candidate of the autotuned variants named, in one job (one GPU "
-        "lock, one table; what the pipeline's tune jobs run)",
+        "lock, one table; what the pipeline's tune jobs run); a plain variant named beside "
+        "them is benched as itself",
     )
     s.add_argument("--out", help="measurements table (Parquet)")
     s.add_argument("--samples-out", help="every timed sample (samples table, Parquet)")
