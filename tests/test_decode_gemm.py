@@ -62,6 +62,19 @@ def test_study_loads_with_the_decode_sizes():
     assert STUDY.second_headline == {"M": 16, "N": 14336, "K": 4096}
     assert STUDY.headline in STUDY.profile_sizes and len(STUDY.profile_sizes) == 2
     assert STUDY.sanitize_sizes == ({"M": 3, "N": 37, "K": 1001},)
+    # the stream and ring paths under the sanitizer too: K / 256 a multiple of 09's DEPTH, and
+    # more slots a row than 10's ring holds, so that it wraps within a warp's one row
+    (also,) = STUDY.sanitize_also
+    for vid in ("09_row_run", "10_bulk_ring"):
+        v = STUDY.variant(vid)
+        assert STUDY.sanitize_sizes_for(v) == [STUDY.sanitize_sizes[0], also]
+        for cid in v.candidates:
+            d = STUDY.variant(cid).defines
+            assert STUDY.sanitize_sizes_for(STUDY.variant(cid)) == [STUDY.sanitize_sizes[0], also]
+            if vid == "09_row_run":
+                assert also["K"] % 256 == 0 and (also["K"] // 256) % d["DEPTH"] == 0
+            else:
+                assert also["K"] % 2048 == 0 and also["K"] // 2048 > d["SLOTS"]
     assert VIDS == [
         "01_thread_per_output", "02_warp_per_row", "03_rows_per_warp", "04_split_k", "05_triton",
         "06_mma", "07_stream", "08_no_allocate", "09_row_run", "10_bulk_ring",

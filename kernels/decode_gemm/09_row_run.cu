@@ -68,23 +68,7 @@ decode_row_run(int M, int N, int K, const __nv_bfloat16* __restrict__ x,
   const int rows = min(ROWS, N - r0);
   const int c8 = K / 8, steps = c8 / 32;  // 16-byte pieces a row; whole warp steps a row
   if (K % 256 != 0 || steps % DEPTH != 0) {  // each row on its own, a step at a time
-    for (int r = r0; r < r0 + rows; ++r)
-      for (int m = 0; m < M; ++m) {
-        float acc = 0.0f;
-        if (K % 8 == 0) {
-          const uint4* w4 = reinterpret_cast<const uint4*>(W + (size_t)r * K);
-          const uint4* x4 = reinterpret_cast<const uint4*>(x + (size_t)m * K);
-#pragma unroll 1
-          for (int c = lane; c < c8; c += 32) acc = dot8(load_w(w4 + c), __ldg(x4 + c), acc);
-        } else {
-#pragma unroll 1
-          for (int k = lane; k < K; k += 32)
-            acc = fmaf(__bfloat162float(W[(size_t)r * K + k]),
-                       __bfloat162float(x[(size_t)m * K + k]), acc);
-        }
-        acc = warp_sum(acc);
-        if (lane == 0) y[(size_t)m * N + r] = __float2bfloat16_rn(acc);
-      }
+    rows_one_at_a_time(M, N, K, r0, r0 + rows, x, W, y);
     return;
   }
   // the run: steps * rows warp steps of 512 contiguous bytes, lane's piece at + lane

@@ -59,23 +59,7 @@ decode_bulk_ring(int M, int N, int K, const __nv_bfloat16* __restrict__ x,
   const int r0 = (int)(gw * N / tw), r1 = (int)((gw + 1) * N / tw);
   if (r0 >= r1) return;  // the whole warp (more warps than rows)
   if (K % (SLOT_BYTES / 2) != 0) {  // rows not whole slots: each row on its own, as 08's tail
-    for (int r = r0; r < r1; ++r)
-      for (int m = 0; m < M; ++m) {
-        float acc = 0.0f;
-        if (K % 8 == 0) {
-          const uint4* w4 = reinterpret_cast<const uint4*>(W + (size_t)r * K);
-          const uint4* x4 = reinterpret_cast<const uint4*>(x + (size_t)m * K);
-#pragma unroll 1
-          for (int c = lane; c < K / 8; c += 32) acc = dot8(load_w(w4 + c), __ldg(x4 + c), acc);
-        } else {
-#pragma unroll 1
-          for (int k = lane; k < K; k += 32)
-            acc = fmaf(__bfloat162float(W[(size_t)r * K + k]),
-                       __bfloat162float(x[(size_t)m * K + k]), acc);
-        }
-        acc = warp_sum(acc);
-        if (lane == 0) y[(size_t)m * N + r] = __float2bfloat16_rn(acc);
-      }
+    rows_one_at_a_time(M, N, K, r0, r1, x, W, y);
     return;
   }
   // the warp's ring: SLOTS slots of SLOT_BYTES, then the block's mbarriers (one a slot)

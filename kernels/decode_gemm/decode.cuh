@@ -42,3 +42,31 @@ __device__ __forceinline__ uint4 load_w(const uint4* p)
   return v;
 #endif
 }
+
+// y's rows [r0, r1) for every batch row, a row at a time by one warp: 16-byte steps a lane
+// where rows are 16-byte aligned (K % 8 == 0), else one element a lane a step. The path
+// 09 and 10 take where K does not fit their streams (odd K, or rows not whole runs/slots).
+__device__ __forceinline__ void rows_one_at_a_time(int M, int N, int K, int r0, int r1,
+                                                   const __nv_bfloat16* __restrict__ x,
+                                                   const __nv_bfloat16* __restrict__ W,
+                                                   __nv_bfloat16* __restrict__ y)
+{
+  const int lane = threadIdx.x % 32;
+  for (int r = r0; r < r1; ++r)
+    for (int m = 0; m < M; ++m) {
+      float acc = 0.0f;
+      if (K % 8 == 0) {
+        const uint4* w4 = reinterpret_cast<const uint4*>(W + (size_t)r * K);
+        const uint4* x4 = reinterpret_cast<const uint4*>(x + (size_t)m * K);
+#pragma unroll 1
+        for (int c = lane; c < K / 8; c += 32) acc = dot8(load_w(w4 + c), __ldg(x4 + c), acc);
+      } else {
+#pragma unroll 1
+        for (int k = lane; k < K; k += 32)
+          acc = fmaf(__bfloat162float(W[(size_t)r * K + k]), __bfloat162float(x[(size_t)m * K + k]),
+                     acc);
+      }
+      acc = warp_sum(acc);
+      if (lane == 0) y[(size_t)m * N + r] = __float2bfloat16_rn(acc);
+    }
+}
