@@ -34,6 +34,7 @@ CUDA_VIDS = [v.id for v in STUDY.variants if v.kind == "cuda"]
 CUDA_BUILT = [v.id for v in STUDY.jobs() if v.kind == "cuda"]
 RUN_CANDIDATES = [v.id for v in STUDY.candidates if v.tuned_from == "09_row_run"]
 RING_CANDIDATES = [v.id for v in STUDY.candidates if v.tuned_from == "10_bulk_ring"]
+BLOCK_CANDIDATES = [v.id for v in STUDY.candidates if v.tuned_from == "11_warp_blocks"]
 # on the GPU: the plain CUDA steps and a candidate of each tuned step (a tuned variant is
 # benched through its candidates): 09's shortest and longest runs, 10's fewest and most
 # warps an SM
@@ -44,6 +45,7 @@ GPU_JOBS = [
     "09_row_run__ROWS8_DEPTH8_WARPS8",
     "10_bulk_ring__WARPS4_SLOTS3_BLOCKS_SM2",
     "10_bulk_ring__WARPS8_SLOTS3_BLOCKS_SM2",
+    "11_warp_blocks__WARPS1_UNR16",
 ]
 MS = (1, 2, 4, 8, 16, 32)
 LAYERS = ((4096, 4096), (14336, 4096), (4096, 14336), (28672, 4096), (128256, 4096))
@@ -77,7 +79,7 @@ def test_study_loads_with_the_decode_sizes():
                 assert also["K"] % 2048 == 0 and also["K"] // 2048 > d["SLOTS"]
     assert VIDS == [
         "01_thread_per_output", "02_warp_per_row", "03_rows_per_warp", "04_split_k", "05_triton",
-        "06_mma", "07_stream", "08_no_allocate", "09_row_run", "10_bulk_ring",
+        "06_mma", "07_stream", "08_no_allocate", "09_row_run", "10_bulk_ring", "11_warp_blocks",
     ]  # fmt: skip
     assert VIDS[:4] + VIDS[5:] == CUDA_VIDS and STUDY.variant("05_triton").is_tuned
     # 09's run length, depth and block tuned at the two M = 1 layers past 8 K rows
@@ -91,6 +93,13 @@ def test_study_loads_with_the_decode_sizes():
     for t in ring:
         assert 96 * 1024 <= t["WARPS"] * t["SLOTS"] * t["BLOCKS_SM"] * 4096 <= 192 * 1024, t
         assert t["WARPS"] * t["BLOCKS_SM"] >= 8, t
+    # 11: 08's kernel (its source included whole), in blocks of one or two warps
+    eleven = STUDY.variant("11_warp_blocks")
+    assert eleven.entry == STUDY.variant("08_no_allocate").entry and eleven.is_tuned
+    assert '#include "08_no_allocate.cu"' in (REPO / eleven.source).read_text()
+    assert [c.tune_point for c in STUDY.candidates if c.tuned_from == "11_warp_blocks"] == [
+        {"UNR": u, "WARPS": w} for w in (1, 2) for u in (8, 16)
+    ]
     assert set(GPU_JOBS) <= {v.id for v in STUDY.jobs()}
     for v in STUDY.variants:
         ext = ".py" if v.kind == "triton" else ".cu"
@@ -174,7 +183,7 @@ def test_the_triton_step_compiles_to_tensor_core_code_for_every_candidate(tmp_pa
         s = STUDY.headline
         grid = c.launches(s, sm_count=cfg.NOMINAL_SM_COUNT)[0].grid
         assert grid[0] == -(-s["N"] // c.defines["BLOCK_N"]) and grid[1] == 1
-    assert GPU_JOBS[-5] in v.candidates  # the GPU tests' candidate is one of them
+    assert GPU_JOBS[-6] in v.candidates  # the GPU tests' candidate is one of them
 
 
 @pytest.mark.parametrize("vid", [vid for vid in CUDA_BUILT if not STUDY.variant(vid).is_tuned])
@@ -256,7 +265,8 @@ def test_kernels_compile_without_spills_with_their_loads(built, vid):
         assert wide and "SHFL.BFLY" in ops, sorted(ops)  # 16-byte loads, shuffle reduction
     if vid in ("03_rows_per_warp", "04_split_k", "06_mma", "07_stream"):
         assert "LDG.E.EF.128" in ops, sorted(ops)  # W streamed (ld.global.cs: evict first)
-    if vid == "08_no_allocate" or vid in RUN_CANDIDATES:  # W past L1 (.L1::no_allocate), x in it
+    # W past L1 (.L1::no_allocate), x in it
+    if vid == "08_no_allocate" or vid in RUN_CANDIDATES or vid in BLOCK_CANDIDATES:
         assert {"LDG.E.NA.128.CONSTANT", "LDG.E.128.CONSTANT"} <= ops, sorted(ops)
     threads = v.launch(STUDY.headline).block[0]
     assert 0 < r.registers <= 65536 // threads
