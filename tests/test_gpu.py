@@ -727,6 +727,23 @@ def test_a_study_profile_runs_its_variants_in_one_ncu_process(tmp_path):
     assert spent["jobs"] == 1 and spent["processes"] == 1 and spent["sizes"] == 4
 
 
+def test_the_quick_profile_of_several_variants_compiles_them_and_runs_ncu_once(tmp_path):
+    """`kernelbook profile STUDY V1 V2 --size S` with no folders (the quick loop): both
+    compiled here first, then one ncu run at every size, one report, each variant's rows."""
+    run = ["01_naive", "02_coalescing"]
+    out, reports = tmp_path / "profile.parquet", tmp_path / "reports"
+    kb("profile", "sgemm", *run, "--size", "256", "--size", "320", "--reports", str(reports),
+       "--out", str(out))  # fmt: skip
+    df = tables.read(out)
+    ffma = df[df["metric"] == "sm__sass_thread_inst_executed_op_ffma_pred_on.sum"]
+    assert sorted(zip(ffma["variant"], ffma["size"], strict=True)) == [
+        (v, z) for v in run for z in ("256x256x256", "320x320x320")
+    ]
+    for _, r in ffma.iterrows():
+        assert _naive_ffma(r), r
+    assert set(df["report"].dropna()) == {"study.ncu-rep"} and (reports / "study.ncu-rep").is_file()
+
+
 def test_a_study_profile_runs_its_several_kernel_variants_in_one_ncu_process(tmp_path):
     """Variants of several kernels (split-KV and its combine), found by NVTX range, share one
     ncu run at all their sizes (ranged.ncu-rep): each launch's kernels are told apart by the

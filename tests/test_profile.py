@@ -395,6 +395,16 @@ def test_a_study_profile_names_what_it_lacks_before_the_gpu(tmp_path):
     proc = kb("profile", "transpose", "00_copy", "01_naive", "--cubin", "k.cubin", "--out",
               out, "--reports", reports, settings=own, check=False)  # fmt: skip
     assert proc.returncode == 1 and "not --cubin" in proc.stderr
+    # variants named and no folder: the quick loop compiles them now, but a tuned one has no
+    # one cubin to compile: refused, naming it, before anything is built or the GPU asked for
+    proc = kb("profile", "transpose", "00_copy", "06_tuned", "--out", out, "--reports",
+              reports, settings=own, check=False)  # fmt: skip
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last == (
+        "kernelbook: error: profile transpose: 06_tuned autotuned: name its candidates, or "
+        "give --build-dir, --bench-dir and --tuned-dir"
+    ), last
     # the study's sanitize job: the same folders, the same checks
     proc = kb("sanitize", "transpose", "--all", "--build-dir", str(tmp_path), "--bench-dir",
               str(bench), "--out", out, settings=own, check=False)  # fmt: skip

@@ -118,7 +118,11 @@ def profile_study_job(
     (ncu.profile_study), at the study's profile sizes or ``sizes`` (labels): each plain
     variant's cubin from ``build_dir``, less the sizes its bench failed at (its table in
     ``bench_dir``), each tuned variant through its winning candidates (its table in
-    ``tuned_dir``). A missing table is one error naming it, before the GPU is taken."""
+    ``tuned_dir``). A missing table is one error naming it, before the GPU is taken.
+
+    The quick loop, variants named and none of the three folders given: each compiled here
+    first (plain variants or candidates; a tuned variant is refused, naming it), then the
+    same one run at every size (no bench table says what failed)."""
     problem = problems.get(study.problem)
     if sizes:
         try:
@@ -126,6 +130,8 @@ def profile_study_job(
         except ValueError as e:
             raise ConfigError(f"{study.name}: --size: {e}") from None
     sizes = list(sizes or study.profile_sizes)
+    if variants and not (build_dir or bench_dir or tuned_dir):
+        return _profile_built_now(project, study, variants, out, reports, sizes)
     entries = []
     for v, table, failed in _study_entries(study, variants, bench_dir, tuned_dir, build_dir,
                                           "profile"):  # fmt: skip
@@ -135,6 +141,31 @@ def profile_study_job(
         study, out, reports,
         lambda uuid: ncu.profile_study(project, study, entries, Path(reports), uuid),
     )  # fmt: skip
+
+
+def _profile_built_now(project: Project, study: Study, variants, out, reports, sizes) -> int:
+    """profile_study_job's quick loop: ``variants`` compiled now, into a folder of its own,
+    then profiled in one ncu run at ``sizes``."""
+    import tempfile
+
+    from kernelbook.build.job import compile_now
+
+    tuned = [v.id for v in variants if v.is_tuned]
+    if tuned:
+        raise ConfigError(
+            f"profile {study.name}: {', '.join(tuned)} autotuned: name its candidates, or give "
+            "--build-dir, --bench-dir and --tuned-dir"
+        )
+    with tempfile.TemporaryDirectory() as tmp:
+        entries = [
+            (v.id, v, compile_now(project, study, v, Path(tmp) / v.id / "kernel.cubin").cubin,
+             sizes, {})
+            for v in variants
+        ]  # fmt: skip
+        return _profile_and_write(
+            study, out, reports,
+            lambda uuid: ncu.profile_study(project, study, entries, Path(reports), uuid),
+        )  # fmt: skip
 
 
 def sanitize_job(
