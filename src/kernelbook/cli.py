@@ -176,14 +176,15 @@ def cmd_profile(args) -> int:
     variant compiled here first (the profile job itself builds nothing, and holds the GPU)."""
     import tempfile
 
+    from kernelbook.build.job import compile_now
     from kernelbook.profile.job import profile_job, profile_study_job, quick_sizes
 
     several = _several(args, "profile")
-    if several:
+    if several:  # named with no folders, they are compiled now (compile_now), as one is
         project, study, variants = several
         return profile_study_job(
             project, study, args.out, args.reports, args.build_dir, args.bench_dir,
-            args.tuned_dir, _sizes(args), variants,
+            args.tuned_dir, _sizes(args), variants, build_now=compile_now,
         )  # fmt: skip
     project, study, variant = _study_variant(args)
     sizes = quick_sizes(study, variant, _sizes(args), args.build_dir)
@@ -191,8 +192,6 @@ def cmd_profile(args) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         cubin = args.cubin
         if own_build:
-            from kernelbook.build.job import compile_now
-
             cubin = compile_now(project, study, variant, Path(tmp) / "kernel.cubin").cubin
         return profile_job(
             project, study, variant, args.out, args.reports, args.build_dir,

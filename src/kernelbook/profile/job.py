@@ -112,7 +112,7 @@ def _profile_and_write(study: Study, out, reports, run) -> int:
 
 def profile_study_job(
     project: Project, study: Study, out, reports, build_dir, bench_dir, tuned_dir, sizes=None,
-    variants: list[Variant] | None = None,
+    variants: list[Variant] | None = None, build_now=None,
 ) -> int:  # fmt: skip
     """ncu on ``variants`` (None: every variant of ``study``) in one run
     (ncu.profile_study), at the study's profile sizes or ``sizes`` (labels): each plain
@@ -121,8 +121,10 @@ def profile_study_job(
     ``tuned_dir``). A missing table is one error naming it, before the GPU is taken.
 
     The quick loop, variants named and none of the three folders given: each compiled here
-    first (plain variants or candidates; a tuned variant is refused, naming it), then the
-    same one run at every size (no bench table says what failed)."""
+    first by ``build_now(project, study, variant, cubin path)`` (the caller's compiler,
+    kernelbook.build.job.compile_now: this layer builds nothing; plain variants or
+    candidates, a tuned one refused, naming it), then the same one run at every size (no
+    bench table says what failed)."""
     problem = problems.get(study.problem)
     if sizes:
         try:
@@ -130,8 +132,8 @@ def profile_study_job(
         except ValueError as e:
             raise ConfigError(f"{study.name}: --size: {e}") from None
     sizes = list(sizes or study.profile_sizes)
-    if variants and not (build_dir or bench_dir or tuned_dir):
-        return _profile_built_now(project, study, variants, out, reports, sizes)
+    if variants and build_now and not (build_dir or bench_dir or tuned_dir):
+        return _profile_built_now(project, study, variants, out, reports, sizes, build_now)
     entries = []
     for v, table, failed in _study_entries(study, variants, bench_dir, tuned_dir, build_dir,
                                           "profile"):  # fmt: skip
@@ -143,12 +145,11 @@ def profile_study_job(
     )  # fmt: skip
 
 
-def _profile_built_now(project: Project, study: Study, variants, out, reports, sizes) -> int:
-    """profile_study_job's quick loop: ``variants`` compiled now, into a folder of its own,
-    then profiled in one ncu run at ``sizes``."""
+def _profile_built_now(project: Project, study: Study, variants, out, reports, sizes,
+                       build_now) -> int:  # fmt: skip
+    """profile_study_job's quick loop: ``variants`` compiled now by ``build_now``, into a
+    folder of its own, then profiled in one ncu run at ``sizes``."""
     import tempfile
-
-    from kernelbook.build.job import compile_now
 
     tuned = [v.id for v in variants if v.is_tuned]
     if tuned:
@@ -158,7 +159,7 @@ def _profile_built_now(project: Project, study: Study, variants, out, reports, s
         )
     with tempfile.TemporaryDirectory() as tmp:
         entries = [
-            (v.id, v, compile_now(project, study, v, Path(tmp) / v.id / "kernel.cubin").cubin,
+            (v.id, v, build_now(project, study, v, Path(tmp) / v.id / "kernel.cubin").cubin,
              sizes, {})
             for v in variants
         ]  # fmt: skip
