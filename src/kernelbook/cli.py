@@ -172,8 +172,8 @@ def _several(args, verb: str):
 
 
 def cmd_profile(args) -> int:
-    """ncu on one variant. The quick loop: --size, and without --build-dir or --cubin the
-    variant compiled here first (the profile job itself builds nothing, and holds the GPU)."""
+    """ncu on one variant or several. The quick loop: --size, and without --build-dir or
+    --cubin each compiled here first (the profile job itself builds nothing, holds the GPU)."""
     import tempfile
 
     from kernelbook.build.job import compile_now
