@@ -17,6 +17,7 @@ from conftest import REPO, pairwise_picks
 from cuda_emu import EMU, emu_build
 
 from kernelbook import config as cfg
+from kernelbook.build import loops
 from kernelbook.build import nvcc as build
 
 ARCH = "sm_90"
@@ -129,6 +130,35 @@ def test_prefetch_has_fewer_barriers(tmp_path):
     assert bars[1] < bars[0], bars
 
 
+def test_load_at_issues_the_next_tiles_loads_inside_the_tile(tmp_path):
+    """LOAD_AT < BK: in the hot loop (the unguarded main loop) tile t+1's LDGs come before
+    FFMAs of tile t, ahead of the barrier that ends it; LOAD_AT = BK (off): after that
+    barrier, with no FFMA between an LDG and the next barrier. Also the reason for the
+    volatile loads: without them the compiler sinks the loads to their stores."""
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not on PATH")
+    v = SGEMM.variant("10_warptiling")
+    on = [c for c in v.candidates if SGEMM.variant(c).defines["LOAD_AT"] < 16]
+    d = SGEMM.variant(on[0]).defines
+    early = {}
+    for at in (8, 16):
+        flags = [f"-D{k}={val}" for k, val in {**d, "LOAD_AT": at}.items()]
+        cubin = tmp_path / f"l{at}.cubin"
+        cmd = ["nvcc", f"-arch={ARCH}", "-cubin", *FLAGS, *flags, "-o", str(cubin)]
+        proc = subprocess.run([*cmd, str(REPO / v.source)], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        hot, _ = loops.hot_loop(build.sass_text(cubin, 120, f"LOAD_AT={at}"))
+        ops = [loops.base(i.op) for i in hot.insns]
+        assert ops.count("LDG") == 4 and ops.count("FFMA") == 1024  # 2 + 2 float4 a thread
+        # after each LDG: does an FFMA come before the next BAR?
+        early[at] = [
+            "FFMA" in ops[k : ops.index("BAR", k) if "BAR" in ops[k:] else len(ops)]
+            for k, op in enumerate(ops)
+            if op == "LDG"
+        ]
+    assert all(early[8]) and not any(early[16]), early
+
+
 # ------------------------------------------------------------------------------------------
 # The CPU emulator: C = alpha * A @ B + beta * C on guarded buffers
 
@@ -182,15 +212,16 @@ GUARD = 64
 
 def _emulated_variants() -> list[str]:
     """Every plain variant without inline PTX (11 and 12 issue cp.async: GPU tests only),
-    10's candidates (every pair of values of BK, PREFETCH, MIN_BLOCKS and warps), 16's (its
+    10's candidates (every pair of thread patch, LOAD_AT and raster; LOAD_AT's volatile loads
+    are plain ones under the emulator), 16's (its
     cp.async through kernels/common/cp_async.cuh, a plain copy under the emulator) and 17's
     (16's loop with 128 results a lane: every pair of block tile, BK and patch)."""
     plain = [v for v in PLAIN if "asm" not in (REPO / SGEMM.variant(v).source).read_text()]
 
     def factors(c):
         d = SGEMM.variant(c).defines
-        warps = d["WM"] * d["WN"] // 32
-        return {"BK": d["BK"], "PREFETCH": d["PREFETCH"], "MIN_BLOCKS": d["MIN_BLOCKS"], "w": warps}
+        patch = (d["WM"], d["WN"], d["WNITER"], d["TM"], d["TN"])
+        return {"patch": patch, "LOAD_AT": d["LOAD_AT"], "GROUP_M": d["GROUP_M"]}
 
     def factors16(c):
         d = SGEMM.variant(c).defines

@@ -58,6 +58,25 @@
 // ZIGZAG 0/1, dev run of 2026-12-01): median 87.3 % of cuBLAS without it, 90.3 % with it; the
 // best point (WM64 WN32 WNITER1 TM4 TN8 GROUP_M8) 91.7 %. Not yet the 93.7 % target.
 //
+// LOAD_AT (tuned, 8 or BK = off): tile t+1's loads issue after k-step LOAD_AT of tile t,
+// before the barrier that ends it, instead of after that barrier. Why: in ncu at 4096^3 (the
+// winner published from f555abb, a 128x128 tile, 2 blocks an SM) 18 % of the warp samples wait on
+// the long scoreboard at the A and B stores that follow the loads (the LDG's latency, with the
+// barriers on both sides, is only hidden by the other block), issue 0.80 an active cycle
+// against cuBLAS's 0.90. Issued inside the tile, the loads fly during the tile's last
+// FFMAs and the first barrier's wait. Their 16 registers live that long: the 128x128 tile
+// (2 + 2 float4 a thread) fits them in 128 with MIN_BLOCKS 2 and no spills, so the two
+// blocks an SM stay; the 64x128 tile (2 + 4) spills at 4 blocks, so it is not in the space.
+// A and B are const __restrict__: the compiler takes their loads as invariant and sinks them
+// to the stores, past the k-steps and the barrier, so with LOAD_AT < BK they are volatile
+// (ld4). ptxas still places them itself, about three k-steps before the tile's end at 128
+// registers (the same SASS for LOAD_AT 1..15), which is why the space has one value on.
+// Scouted on the H200 (`kernelbook bench --candidates`, 4096^3, the 20 128x128 candidates
+// with and without it): every one gained, by 0.8 to 8.4 points (median 5.1); the best 96.4 %
+// of cuBLAS (WM64 WN32 WNITER1 TM8 TN8 GROUP_M8) against 92.2 % for the best without
+// (10's published winner: 92.5 %). ncu should show
+// the long-scoreboard stalls at the STS gone, issue per active cycle up toward 0.9.
+//
 // Sizes: any M and N remainder and any K remainder (per-float4 guards, zero fill), with
 // K % 4 == 0 and N % 4 == 0 for the 16-byte accesses (covers 4096x4096x1000 and 3000^3).
 // Launch: grid (cdiv(N, BN), cdiv(M, BM)), block (NUM_THREADS), no dynamic smem.
@@ -102,6 +121,9 @@
 #ifndef ZIGZAG
 #define ZIGZAG 1       // optional: 1 = the FFMAs of a k-step walk the accumulators serpentine
 #endif
+#ifndef LOAD_AT
+#define LOAD_AT BK     // optional: the k-step of tile t after which tile t+1's loads issue (BK: after it)
+#endif
 #ifndef ASYNC_B
 #define ASYNC_B 0      // 16_async_b: B by cp.async, A through registers, one barrier a tile
 #endif
@@ -132,6 +154,8 @@ static_assert(BM % 32 == 0 && BK <= 32 && (128 / BK) % 4 == 0, "As swizzle assum
 static_assert(PREFETCH == 0 || PREFETCH == 1, "PREFETCH is 0 or 1");
 static_assert(ASYNC_B == 0 || (ASYNC_B == 1 && PREFETCH == 0), "ASYNC_B is 0, or 1 without PREFETCH");
 static_assert(GROUP_M >= 0 && (ZIGZAG == 0 || ZIGZAG == 1), "GROUP_M >= 0, ZIGZAG 0 or 1");
+static_assert(LOAD_AT >= 1 && LOAD_AT <= BK, "LOAD_AT is a k-step of the tile: 1 .. BK (BK: off)");
+static_assert(LOAD_AT == BK || (PREFETCH == 0 && ASYNC_B == 0), "LOAD_AT < BK is the one-stage loop's");
 static_assert(SMEM_STAGES * (BM * BK + BK * BN) * 4 <= 48 * 1024, "static shared memory over 48 KiB");
 
 // As: transposed A tile, As[k][m], m XOR-swizzled by the k-quad (as in 07): the scalar transposed
@@ -140,6 +164,21 @@ static_assert(SMEM_STAGES * (BM * BK + BK * BN) * 4 <= 48 * 1024, "static shared
 #define AS_IDX(k, m) ((k) * BM + ((m) ^ (((k) / 4) * (128 / BK))))
 
 template <bool B> struct Bool { static constexpr bool value = B; };
+template <int I> struct Int { static constexpr int value = I; };
+
+// a float4 of A or B. With LOAD_AT < BK, volatile: the compiler may not sink the load (an
+// invariant one, A and B being const __restrict__) past the k-steps to the store that uses it
+__device__ __forceinline__ float4 ld4(const float* p)
+{
+#if LOAD_AT < BK && !defined(KERNELBOOK_EMU)
+    float4 v;
+    asm volatile("ld.global.nc.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
+    return v;
+#else
+    return *reinterpret_cast<const float4*>(p);
+#endif
+}
 
 extern "C" __global__ void __launch_bounds__(NUM_THREADS, MIN_BLOCKS)
 sgemm_warptiling(int M, int N, int K, float alpha, const float* __restrict__ A,
@@ -193,10 +232,10 @@ sgemm_warptiling(int M, int N, int K, float alpha, const float* __restrict__ A,
         for (int l = 0; l < loadsA; ++l) {
             const int gr = rowBase + innerRowA + l * strideA, gc = k0 + innerColA * 4;
             if (decltype(full)::value) {
-                ra[l] = *reinterpret_cast<const float4*>(&A[gr * K + gc]);
+                ra[l] = ld4(&A[gr * K + gc]);
             } else {
                 ra[l] = make_float4(0.f, 0.f, 0.f, 0.f);
-                if (gr < M && gc < K) ra[l] = *reinterpret_cast<const float4*>(&A[gr * K + gc]);
+                if (gr < M && gc < K) ra[l] = ld4(&A[gr * K + gc]);
             }
         }
     };
@@ -207,10 +246,10 @@ sgemm_warptiling(int M, int N, int K, float alpha, const float* __restrict__ A,
         for (int l = 0; l < loadsB; ++l) {
             const int gr = k0 + innerRowB + l * strideB, gc = colBase + innerColB * 4;
             if (decltype(full)::value) {
-                rb[l] = *reinterpret_cast<const float4*>(&B[gr * N + gc]);
+                rb[l] = ld4(&B[gr * N + gc]);
             } else {
                 rb[l] = make_float4(0.f, 0.f, 0.f, 0.f);
-                if (gr < K && gc < N) rb[l] = *reinterpret_cast<const float4*>(&B[gr * N + gc]);
+                if (gr < K && gc < N) rb[l] = ld4(&B[gr * N + gc]);
             }
         }
     };
@@ -244,11 +283,11 @@ sgemm_warptiling(int M, int N, int K, float alpha, const float* __restrict__ A,
         for (int j = 0; j < WNITER * TN; ++j) acc[i][j] = 0.0f;
     float regM[WMITER * TM], regN[WNITER * TN];
 
-    auto compute = [&](int st) {
+    auto compute_steps = [&](int st, auto d0, auto d1) {   // k-steps [d0, d1) of stage st
         const float* as = As + st * BK * BM;
         const float* bs = Bs + st * BK * BN;
 #pragma unroll
-        for (int dot = 0; dot < BK; ++dot) {
+        for (int dot = decltype(d0)::value; dot < decltype(d1)::value; ++dot) {
 #pragma unroll
             for (int ws = 0; ws < WMITER; ++ws)
 #pragma unroll
@@ -276,6 +315,7 @@ sgemm_warptiling(int M, int N, int K, float alpha, const float* __restrict__ A,
                 }
         }
     };
+    auto compute = [&](int st) { compute_steps(st, Int<0>{}, Int<BK>{}); };
 
     const int numTiles = (K + BK - 1) / BK;
 #if ASYNC_B
@@ -328,6 +368,18 @@ sgemm_warptiling(int M, int N, int K, float alpha, const float* __restrict__ A,
                 if (more) load_tile((t + 1) * BK, full);
                 compute(t & 1);
                 if (more) store_tile((t + 1) & 1);
+            } else if (LOAD_AT < BK) {
+                // tile t+1's loads issue after k-step LOAD_AT of tile t: their latency overlaps
+                // the rest of the tile's FFMAs and the barrier, their registers live that long
+                // (the last tile loads itself again, unused: no branch for the compiler to sink
+                // the loads into)
+                compute_steps(0, Int<0>{}, Int<LOAD_AT>{});
+                load_tile(min(t + 1, numTiles - 1) * BK, full);
+                compute_steps(0, Int<LOAD_AT>{}, Int<BK>{});
+                if (more) {
+                    __syncthreads();   // everyone done reading the one stage
+                    store_tile(0);
+                }
             } else {
                 compute(0);
                 if (more) {
