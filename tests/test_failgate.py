@@ -177,6 +177,13 @@ def test_gate_separates_expected_from_unexpected_failures():
                 "failure": "wrong",
                 "reason": "not profiled",
             },
+            {  # the baseline, profiled beside the variants: not a failure of the study's
+                "variant": "baseline:cublas",
+                "size": "256",
+                "status": "failed",
+                "failure": "tool",
+                "reason": "ncu failed",
+            },
         ]
     )
     expects = {

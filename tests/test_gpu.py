@@ -703,6 +703,17 @@ def _no_failures(folder: Path, study: str, variants) -> Path:
     return folder
 
 
+def _and_baseline(df, name: str, sizes):
+    """A study profile's rows: (the variants', the baseline's), the baseline's checked to be
+    there at every size, profiled (status ok), with the kernels ncu found inside its range."""
+    vid = f"baseline:{name}"
+    base = df[df["variant"] == vid]
+    assert set(base["size"]) == set(sizes) and (base["status"] == "ok").all(), base
+    t = base[base["metric"] == "gpu__time_duration.sum"]
+    assert len(t) == len(sizes) and (t["value"] > 0).all() and t["kernel"].str.len().all(), t
+    return df[df["variant"] != vid], base
+
+
 def test_a_study_profile_runs_its_variants_in_one_ncu_process(tmp_path):
     """Several variants, one ncu run (the pipeline's profile job): each launch is its own
     report action, in the plan's order, and each variant's rows say so."""
@@ -716,15 +727,21 @@ def test_a_study_profile_runs_its_variants_in_one_ncu_process(tmp_path):
     kb("profile", "sgemm", *run, "--build-dir", str(build_dir), "--bench-dir", str(bench),
        "--size", "256", "--size", "512", "--reports", str(reports), "--out", str(out))  # fmt: skip
     df = tables.read(out)
-    ffma = df[df["metric"] == "sm__sass_thread_inst_executed_op_ffma_pred_on.sum"]
+    ours, base = _and_baseline(df, "cublas", ("256x256x256", "512x512x512"))
+    ffma = ours[ours["metric"] == "sm__sass_thread_inst_executed_op_ffma_pred_on.sum"]
     assert sorted(zip(ffma["variant"], ffma["size"], strict=True)) == [
         (v, z) for v in run for z in ("256x256x256", "512x512x512")
     ]
     for _, r in ffma.iterrows():
         assert _naive_ffma(r), r
-    assert set(df["report"].dropna()) == {"study.ncu-rep"} and (reports / "study.ncu-rep").is_file()
-    spent = profile_time(df)
-    assert spent["jobs"] == 1 and spent["processes"] == 1 and spent["sizes"] == 4
+    assert set(ours["report"].dropna()) == {"study.ncu-rep"}
+    assert (reports / "study.ncu-rep").is_file()
+    # cuBLAS's FP32 GEMM: at least the problem's M N K multiply-adds (a tile may pad)
+    bffma = base[base["metric"] == "sm__sass_thread_inst_executed_op_ffma_pred_on.sum"]
+    for _, r in bffma.iterrows():
+        assert r["value"] >= r["M"] * r["N"] * r["K"], r
+    spent = profile_time(df)  # the variants' run, and the baseline's by NVTX range
+    assert spent["jobs"] == 1 and spent["processes"] == 2 and spent["sizes"] == 6
 
 
 def test_the_quick_profile_of_several_variants_compiles_them_and_runs_ncu_once(tmp_path):
@@ -735,13 +752,15 @@ def test_the_quick_profile_of_several_variants_compiles_them_and_runs_ncu_once(t
     kb("profile", "sgemm", *run, "--size", "256", "--size", "320", "--reports", str(reports),
        "--out", str(out))  # fmt: skip
     df = tables.read(out)
-    ffma = df[df["metric"] == "sm__sass_thread_inst_executed_op_ffma_pred_on.sum"]
+    ours, _ = _and_baseline(df, "cublas", ("256x256x256", "320x320x320"))
+    ffma = ours[ours["metric"] == "sm__sass_thread_inst_executed_op_ffma_pred_on.sum"]
     assert sorted(zip(ffma["variant"], ffma["size"], strict=True)) == [
         (v, z) for v in run for z in ("256x256x256", "320x320x320")
     ]
     for _, r in ffma.iterrows():
         assert _naive_ffma(r), r
-    assert set(df["report"].dropna()) == {"study.ncu-rep"} and (reports / "study.ncu-rep").is_file()
+    assert set(ours["report"].dropna()) == {"study.ncu-rep"}
+    assert (reports / "study.ncu-rep").is_file()
 
 
 def test_a_study_profile_runs_its_several_kernel_variants_in_one_ncu_process(tmp_path):
@@ -758,16 +777,22 @@ def test_a_study_profile_runs_its_several_kernel_variants_in_one_ncu_process(tmp
     kb("profile", "paged_decode", *run, "--build-dir", str(build_dir), "--bench-dir",
        str(bench), "--size", "3x100", "--size", "8x1000", "--reports", str(reports), "--out",
        str(out))  # fmt: skip
+    from kernelbook import config
+
     df = tables.read(out)
-    t = df[df["metric"] == "gpu__time_duration.sum"]
+    project = config.load_project_file(ROOT / "config" / "config.yaml")
+    name = project.study("paged_decode").baseline
+    ours, base = _and_baseline(df, name, ("3x100", "8x1000"))
+    t = ours[ours["metric"] == "gpu__time_duration.sum"]
     assert sorted(zip(t["variant"], t["size"], strict=True)) == [
         (v, z) for v in run for z in ("3x100", "8x1000")
     ]
+    # the baseline shares the run: its launches have NVTX ranges of their own too
     assert set(df["report"].dropna()) == {"ranged.ncu-rep"}, set(df["report"].dropna())
     for _, r in t.iterrows():  # the split kernel and the combine, in one row set
         assert r["value"] > 0 and "combine" in r["kernel"] and ";" in r["kernel"], r
     spent = profile_time(df)
-    assert spent["processes"] == 1 and spent["sizes"] == 4
+    assert spent["processes"] == 1 and spent["sizes"] == 6
 
 
 def test_a_crash_in_a_study_profile_costs_only_its_variant(tmp_path):

@@ -356,6 +356,42 @@ def test_one_ncu_run_of_a_study_takes_every_variants_kernel_in_plan_order(tmp_pa
     assert one[one.index("-k") + 1] == f"regex:^{first}$"
 
 
+def test_a_studys_baseline_is_profiled_beside_its_variants_by_nvtx_range(tmp_path):
+    """The study profile's extra entry: the primary baseline, at the same sizes, found by NVTX
+    range as a torch variant is; a plan names it (`launch` has no variant of that name), and
+    reads back as the baseline; a plan naming a baseline the study does not have is one
+    error naming it."""
+    from conftest import REPO, kb
+
+    from kernelbook import config as cfg
+    from kernelbook.launch.process import BaselineRun, read_plan
+    from kernelbook.profile.job import baseline_entry
+
+    project = cfg.load_project_file(REPO / "config" / "config.yaml")
+    study = project.study("sgemm")
+    job, base, cubin, sizes, skip = baseline_entry(study, study.profile_sizes)
+    assert (job, base, cubin, sizes, skip) == (
+        "baseline:cublas",
+        BaselineRun("cublas"),
+        None,
+        list(study.profile_sizes),
+        {},
+    )
+    assert profile.by_range(base) and base.unmet(sizes[0]) == []
+    cmd = profile._launch_one(project, study, base, "512", None, tmp_path)
+    plan = tmp_path / "512.plan.json"
+    assert cmd[cmd.index("launch") :] == ["launch", "sgemm", "--plan", str(plan)]
+    [(got, _, labels)] = read_plan(study, plan)
+    assert got == BaselineRun("cublas") and labels == ["512"]
+    plain = profile._launch_one(project, study, study.variant("01_naive"), "512", "k", tmp_path)
+    assert plain[plain.index("launch") :][:3] == ["launch", "sgemm", "01_naive"]
+    bad = tmp_path / "bad.json"
+    bad.write_text('[{"variant": "baseline:magma", "cubin": "None", "sizes": ["512"]}]')
+    proc = kb("launch", "sgemm", "--plan", str(bad), check=False)
+    assert proc.returncode == 1
+    assert "no baseline 'magma' (baselines: cublas)" in proc.stderr, proc.stderr
+
+
 def test_a_launch_plan_that_is_not_one_is_one_error_naming_it(tmp_path):
     from conftest import kb
 

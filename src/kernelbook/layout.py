@@ -87,6 +87,9 @@ STUDY_PROFILE_REPORT = "study"
 # The report of the study's torch and several-kernel variants, all in one ncu run
 # (kernelbook.profile.ncu: their kernels told apart by NVTX range), beside it.
 RANGED_PROFILE_REPORT = "ranged"
+# The profile rows (and launch-plan entries) of a study's baseline, profiled beside its
+# variants (kernelbook.launch.process.BaselineRun): this prefix and the baseline's name.
+BASELINE_PREFIX = "baseline:"
 
 
 def job_dir(gpu: str, study: str, kind: str, results: str | Path = RESULTS) -> str:

@@ -9,12 +9,14 @@ import os
 import sys
 import tempfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from kernelbook import gpu, problems
 from kernelbook.build.job import compile_now, row_smem, sibling_build_row
 from kernelbook.config import ConfigError, Project, Study, Variant, tool_limit
 from kernelbook.launch.kernel import Hang, kernel_launcher, load_kernel, wait_event
+from kernelbook.layout import BASELINE_PREFIX
 
 # The NVTX range every launch runs in: ncu's --nvtx-include selects it (profile.ncu).
 NVTX_RANGE = "kernelbook_variant"
@@ -23,6 +25,27 @@ NVTX_RANGE = "kernelbook_variant"
 # number of kernels (a torch variant's), then tells which launch each kernel belongs to
 # (profile.ncu_read.read_report_by_launch).
 NVTX_LAUNCH = "kernelbook_launch:"
+
+
+@dataclass(frozen=True)
+class BaselineRun:
+    """A study's baseline (torch.matmul for cuBLAS, say) run where a variant would be, so
+    that ncu profiles it as it profiles a torch variant: every kernel inside the launch's
+    NVTX range, summed. Its id is BASELINE_PREFIX and its name."""
+
+    name: str
+    kind: str = "baseline"
+    entry: None = None
+    then: tuple = ()
+    computes: None = None
+    source: None = None
+
+    @property
+    def id(self) -> str:
+        return BASELINE_PREFIX + self.name
+
+    def unmet(self, sizes) -> list[str]:
+        return []  # a baseline runs at every size of its study
 
 
 def launch_command(
@@ -105,7 +128,8 @@ def plan_command(project, study, plan_file: Path, *extra: str) -> list[str]:
 
 
 def write_plan(path: Path, entries) -> Path:
-    """A launch plan: ``entries`` of (variant id, cubin, [size label, ...]), in launch order."""
+    """A launch plan: ``entries`` of (variant id, cubin, [size label, ...]), in launch order;
+    a baseline's entry is its BaselineRun id, with no cubin."""
     path.write_text(
         json.dumps([{"variant": v, "cubin": str(c), "sizes": list(s)} for v, c, s in entries])
     )
@@ -117,12 +141,23 @@ def read_plan(study: Study, path: str | Path) -> list[tuple[Variant, str, list[s
     file for one that is not a plan of this study's variants."""
     try:
         raw = json.loads(Path(path).read_text())
-        entries = [(study.variant(e["variant"]), str(e["cubin"]), list(e["sizes"])) for e in raw]
+        entries = [(_planned(study, e["variant"]), str(e["cubin"]), list(e["sizes"])) for e in raw]
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ConfigError(f"launch --plan {path}: not a launch plan ({e})") from None
     if not entries or any(not sizes for _, _, sizes in entries):
         raise ConfigError(f"launch --plan {path}: every entry needs a variant, a cubin and sizes")
     return entries
+
+
+def _planned(study: Study, vid: str):
+    """A plan entry's variant, or the BaselineRun of one of the study's baselines."""
+    if not vid.startswith(BASELINE_PREFIX):
+        return study.variant(vid)
+    name = vid[len(BASELINE_PREFIX) :]
+    known = (study.baseline, *study.extra_baselines)
+    if name not in known:
+        raise ConfigError(f"{study.name}: no baseline '{name}' (baselines: {', '.join(known)})")
+    return BaselineRun(name)
 
 
 def launch_variant(
@@ -165,6 +200,10 @@ def launch_plan(
     # each launch's NVTX_LAUNCH range, or none
     count = iter(range(sum(len(s) for s in parsed) * repeat)) if tag else None
     for (variant, cubin, _), sizes_list in zip(entries, parsed, strict=True):
+        if isinstance(variant, BaselineRun):
+            for sizes in sizes_list:
+                _launch_baseline(project, study, variant, sizes, repeat, cp, limit, nvtx, count)
+            continue
         with tempfile.TemporaryDirectory() as tmp:
             if cubin:
                 cubin_path = Path(cubin)
@@ -218,4 +257,26 @@ def _launch_size(
     )
     _eprint(f"{study.name}/{variant.id}: launched {repeat}x at {label}, {geometry}")
     del run, launch, case  # the next size's buffers in their place
+    cp.get_default_memory_pool().free_all_blocks()
+
+
+def _launch_baseline(project, study, base: BaselineRun, sizes, repeat, cp, limit, nvtx, count):
+    """The baseline at one size, ``repeat`` times inside the NVTX range: the problem's own
+    call (it runs once before, outside the range, as it does when timed: the library's
+    set-up and its choice of kernel are not what ncu sees)."""
+    problem = problems.get(study.problem)
+    case = problem.setup(sizes, study.dtype, study.params, project.settings["seed"])
+    run = problem.baseline(case, base.name, study.params).run
+    case.input_copies = {}
+    cp.get_default_memory_pool().free_all_blocks()
+    where = f"{study.name}/{base.id} at {problem.label(sizes)}"
+    for _ in range(repeat):
+        tagged = (
+            nvtx(f"{NVTX_LAUNCH}{next(count)}") if count is not None else contextlib.nullcontext()
+        )
+        with nvtx(NVTX_RANGE), tagged:
+            run()
+        wait_or_leave(cp, limit, where)
+    _eprint(f"{where}: launched {repeat}x, the library's own kernels")
+    del run, case
     cp.get_default_memory_pool().free_all_blocks()

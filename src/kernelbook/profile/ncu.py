@@ -217,6 +217,8 @@ def _context(project, study, slot_uuid: str):
 def _prov(project, study, variant, facts, version) -> dict:
     from kernelbook.provenance import sha256_source
 
+    # a baseline (launch.process.BaselineRun) has no source of the project's: the library's
+    # version is on its measurement rows
     return {
         "study": study.name,
         "variant": variant.id,
@@ -225,7 +227,7 @@ def _prov(project, study, variant, facts, version) -> dict:
         "gpu_uuid": facts["gpu_uuid"],
         "driver_version": facts["driver_version"],
         "ncu_version": version,
-        "source_sha256": sha256_source(project.root / variant.source),
+        "source_sha256": sha256_source(project.root / variant.source) if variant.source else "",
         "git_commit": provenance.git_commit(project.root),
     }
 
@@ -253,9 +255,9 @@ def _todo(study, variant, sizes, skip, rows: _Rows, log) -> list[tuple[dict, str
 
 
 def by_range(variant) -> bool:
-    """A torch variant, or one of several kernels (then:): profiled as every kernel of the
-    launch's NVTX range, summed as one, a process a size."""
-    return variant.kind == "torch" or bool(variant.then)
+    """A torch variant, one of several kernels (then:) or a baseline: profiled as every
+    kernel of the launch's NVTX range, summed as one, a process a size."""
+    return variant.kind in ("torch", "baseline") or bool(variant.then)
 
 
 def profile_variant(
@@ -316,7 +318,7 @@ def profile_variant(
     for s, label in todo:
         where = f"{study.name}/{variant.id} at {label}"
         report = report_dir / label
-        launch = launch_command(project, study, variant, label, cubin)
+        launch = _launch_one(project, study, variant, label, cubin, report_dir)
         try:
             t0 = time.monotonic()
             run_ncu(
@@ -341,6 +343,17 @@ def profile_variant(
         log(f"{where}: {len(metrics)} metrics from {report.name}.ncu-rep")
         rows.metrics(s, label, kernel, metrics, f"{report.name}.ncu-rep", t1 - t0, t2 - t1)
     return list(rows)
+
+
+def _launch_one(project, study, variant, label: str, cubin, report_dir: Path) -> list[str]:
+    """The launch helper for one size: `kernelbook launch STUDY VARIANT`, or for a baseline
+    (which `launch` names only in a plan) a plan of that one entry."""
+    from kernelbook.launch.process import BaselineRun, plan_command, write_plan
+
+    if not isinstance(variant, BaselineRun):
+        return launch_command(project, study, variant, label, cubin)
+    plan = write_plan(report_dir / f"{label}.plan.json", [(variant.id, None, [label])])
+    return plan_command(project, study, plan)
 
 
 def out_of_order(kernels: list[str], planned: list[str]) -> str | None:
@@ -428,8 +441,9 @@ def profile_study(
     got, alone = _ranged_run(project, study, alone, report_dir, context, log)
     rows += got
     for job, variant, cubin, sizes, skip in alone:
-        part = profile_variant(project, study, variant, cubin, sizes, report_dir / variant.id,
-                               slot_uuid, log, skip, context=context)  # fmt: skip
+        folder = report_dir / variant.id.replace(":", "-")  # a baseline's: baseline-cublas
+        part = profile_variant(project, study, variant, cubin, sizes, folder, slot_uuid, log,
+                               skip, context=context)  # fmt: skip
         rows += [{**r, "variant": job} for r in part]
     return rows
 
