@@ -120,21 +120,27 @@ def test_prefetch_has_fewer_barriers(tmp_path):
     d = SGEMM.variant(v.candidates[0]).defines
     bars = {}
     for pf in (0, 1):
-        flags = [f"-D{k}={val}" for k, val in {**d, "PREFETCH": pf}.items()]
-        cubin = tmp_path / f"p{pf}.cubin"
-        cmd = ["nvcc", f"-arch={ARCH}", "-cubin", *FLAGS, *flags, "-o", str(cubin)]
-        proc = subprocess.run([*cmd, str(REPO / v.source)], capture_output=True, text=True)
-        assert proc.returncode == 0, proc.stderr
+        cubin = _build_10(tmp_path / f"p{pf}.cubin", {**d, "PREFETCH": pf})
         sass = build.sass_of(cubin, 120, f"PREFETCH={pf}")[v.entry]
         bars[pf] = sum(n for op, n in sass.items() if op.startswith("BAR"))
     assert bars[1] < bars[0], bars
 
 
+def _build_10(cubin: Path, defines: dict) -> Path:
+    """10_warptiling's source built with ``defines`` into ``cubin`` (real nvcc)."""
+    flags = [f"-D{k}={val}" for k, val in defines.items()]
+    cmd = ["nvcc", f"-arch={ARCH}", "-cubin", *FLAGS, *flags, "-o", str(cubin)]
+    source = REPO / SGEMM.variant("10_warptiling").source
+    proc = subprocess.run([*cmd, str(source)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return cubin
+
+
 def test_load_at_issues_the_next_tiles_loads_inside_the_tile(tmp_path):
     """LOAD_AT < BK: in the hot loop (the unguarded main loop) tile t+1's LDGs come before
-    FFMAs of tile t, ahead of the barrier that ends it; LOAD_AT = BK (off): after that
-    barrier, with no FFMA between an LDG and the next barrier. Also the reason for the
-    volatile loads: without them the compiler sinks the loads to their stores."""
+    FFMAs of tile t, ahead of the barrier that ends it (the compiler did not sink them to
+    their stores); LOAD_AT = BK (off): after that barrier, with no FFMA between an LDG and
+    the next barrier."""
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc not on PATH")
     v = SGEMM.variant("10_warptiling")
@@ -142,11 +148,7 @@ def test_load_at_issues_the_next_tiles_loads_inside_the_tile(tmp_path):
     d = SGEMM.variant(on[0]).defines
     early = {}
     for at in (8, 16):
-        flags = [f"-D{k}={val}" for k, val in {**d, "LOAD_AT": at}.items()]
-        cubin = tmp_path / f"l{at}.cubin"
-        cmd = ["nvcc", f"-arch={ARCH}", "-cubin", *FLAGS, *flags, "-o", str(cubin)]
-        proc = subprocess.run([*cmd, str(REPO / v.source)], capture_output=True, text=True)
-        assert proc.returncode == 0, proc.stderr
+        cubin = _build_10(tmp_path / f"l{at}.cubin", {**d, "LOAD_AT": at})
         hot, _ = loops.hot_loop(build.sass_text(cubin, 120, f"LOAD_AT={at}"))
         ops = [loops.base(i.op) for i in hot.insns]
         assert ops.count("LDG") == 4 and ops.count("FFMA") == 1024  # 2 + 2 float4 a thread
