@@ -574,3 +574,43 @@ def test_the_index_names_a_missed_drop_target():
         {"metric": "pct_of_baseline", "max_drop": 3.0, "sizes": ["a", "b"], "verdict": "missed"},
     ]
     assert targets_cell(found) == "1 of 2 met (not: pct_of_baseline drop <= 3 at a, b)"
+
+
+def test_the_best_step_reads_its_profile_against_the_baseline(tmp_path):
+    """sgemm's published profile holds cuBLAS's rows (baseline:cublas, the same ncu run): the
+    best step at the headline has a table of the metrics that differ most from the
+    baseline's, with the values profiled; no other step has one."""
+    from kernelbook.report import data as rdata
+
+    page = publish.render_published(REPO / "worklogs", GPU, "sgemm", REPO / "analysis", tmp_path)
+    md = page.read_text()
+    data = REPO / "worklogs" / GPU / "sgemm" / "data"
+    loaded = rdata.load(
+        {n: data / f"{n}.parquet" for n in ("measurements", "profile", "roofline")}
+        | {"meta": data / "study.json"}
+    )
+    best, head = rdata.summary(loaded)["best"]["variant"], rdata.headline_size(loaded)
+    title = (
+        f"**Profiler, against the baseline (cublas)** (at {head}, the same ncu run; "
+        "largest differences by ratio):"
+    )
+    assert [ln for ln in md.splitlines() if ln.startswith("**Profiler, against the baseline")] == [
+        title
+    ]
+    lines = md.splitlines()
+    start = lines.index(f"### {best}")
+    at = lines.index(title)
+    assert start < at and not any(ln.startswith("### ") for ln in lines[start + 1 : at])
+    end = lines.index("", at + 2)
+    rows = _table(lines[at + 1 : end])
+    deltas, _ = rdata.metric_deltas(loaded, "baseline:cublas", best)
+    assert [r[0] for r in rows] == [n for n, *_ in deltas] and len(rows) >= 3
+    prof = tables.read(data / "profile.parquet")
+    prof = prof[prof["size"] == head]
+    raw = 0
+    for name, theirs, ours, _ in rows:
+        got = prof[prof["metric"] == name].set_index("variant")["value"]
+        if len(got):  # an ncu metric as profiled (the others are the roofline table's)
+            assert (theirs, ours) == (fmt(got["baseline:cublas"]), fmt(got[best])), name
+            raw += 1
+    assert raw
