@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from kernelbook import problems, tables
+from kernelbook.layout import BASELINE_PREFIX
 from kernelbook.layout import DATA_TABLES as TABLES
 from kernelbook.report.markdown import as_float, distinct, isnull
 from kernelbook.report.meta import meta_from_data
@@ -433,6 +434,13 @@ def metric_deltas(
         if len(out) == top:
             break
     return out, size
+
+
+def profiled_baselines(prof: pd.DataFrame) -> list[tuple[str, str]]:
+    """(row name, baseline name) of each baseline a profile table holds rows of (profiled
+    beside the variants: BASELINE_PREFIX and its name), in name order."""
+    rows = {v for v in prof["variant"].astype(str) if v.startswith(BASELINE_PREFIX)}
+    return [(v, v[len(BASELINE_PREFIX) :]) for v in sorted(rows)]
 
 
 def measured_dates(path: str | Path) -> tuple[str, str]:

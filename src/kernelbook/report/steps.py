@@ -7,7 +7,6 @@ from __future__ import annotations
 import pandas as pd
 
 from kernelbook import tables
-from kernelbook.layout import BASELINE_PREFIX
 from kernelbook.report import claims, compare
 from kernelbook.report.data import (
     StudyData,
@@ -15,6 +14,7 @@ from kernelbook.report.data import (
     copy_word,
     headline_size,
     metric_deltas,
+    profiled_baselines,
     summary,
     variant_info,
 )
@@ -227,19 +227,17 @@ def variant_section(
 
 def _against_baseline(data: StudyData, v: str) -> list[str]:
     """For the best step at the headline: its profile against the baseline's, profiled in
-    the same run (rows BASELINE_PREFIX and its name), the metrics that differ most; nothing
+    the same run (data.profiled_baselines), the metrics that differ most; nothing
     for the other steps, or where the baseline was not profiled."""
     best = summary(data)["best"]
     prof = data.table("profile")
     if not best or best["variant"] != v or prof is None:
         return []
-    names = sorted({n for n in prof["variant"].astype(str) if n.startswith(BASELINE_PREFIX)})
     L = []
-    for vid in names:
+    for vid, name in profiled_baselines(prof):
         deltas, psize = metric_deltas(data, vid, v)
         if not deltas:
             continue
-        name = vid[len(BASELINE_PREFIX) :]
         L += [
             f"**Profiler, against the baseline ({name})** (at {psize}, the same ncu run; "
             "largest differences by ratio):",

@@ -9,8 +9,13 @@ import re
 import pandas as pd
 
 from kernelbook import tables
-from kernelbook.layout import BASELINE_PREFIX
-from kernelbook.report.data import StudyData, baseline_label, copy_word, main_rows
+from kernelbook.report.data import (
+    StudyData,
+    baseline_label,
+    copy_word,
+    main_rows,
+    profiled_baselines,
+)
 from kernelbook.report.markdown import DASH, as_float, esc, fmt, md_table
 from kernelbook.report.quality import SPREAD_BOUND_PCT
 
@@ -389,17 +394,15 @@ def section_lines(data: StudyData, found: list[dict]) -> list[str]:
 
 def baseline_digest(data: StudyData, size: str) -> str:
     """The baseline's profile at ``size`` beside a step's (profiled with the variants, its
-    rows named BASELINE_PREFIX and its name), as a sentence; where its profile failed there,
+    rows: data.profiled_baselines), as a sentence; where its profile failed there,
     why; nothing where the profile has no baseline rows (tables from before they were)."""
     prof = data.table("profile_status")
     if prof is None:
         prof = data.table("profile")  # a table from before the status column
     if prof is None or prof.empty:
         return ""
-    names = sorted({v for v in prof["variant"].astype(str) if v.startswith(BASELINE_PREFIX)})
     out = ""
-    for vid in names:
-        name = vid[len(BASELINE_PREFIX) :]
+    for vid, name in profiled_baselines(prof):
         digest = profile_digest(data, vid, size)
         if digest:
             out += f" The baseline ({name}) there, profiled in the same run: {digest}."
