@@ -64,9 +64,10 @@ template <class V> V __shfl_xor_sync(unsigned, V v, int o) {
   return emu_shfl(v, ((threadIdx.x + threadIdx.y * blockDim.x) % 32) ^ o);
 }
 template <class V> V __shfl_sync(unsigned, V v, int src) { return emu_shfl(v, src); }
-// atomics on shared or global memory, and the block-scope fence (the threads are OS threads)
+// atomics on shared or global memory, and the fences (the threads are OS threads)
 template <class V> V atomicAdd(V* p, V v) { return std::atomic_ref<V>(*p).fetch_add(v); }
 inline void __threadfence_block() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 // The warp-wide instructions the kernels reach through a helper that switches on
 // KERNELBOOK_EMU: each lane publishes its fragment registers, the warp meets, each lane computes
 // its own outputs from everyone's, the warp meets again.

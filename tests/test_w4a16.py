@@ -173,6 +173,11 @@ def test_study_loads_with_both_baselines_and_the_read_roof():
         "14_bulk_ring": [
             {"CWARPS": c, "UNRG": u} for c, u in ((8, 1), (8, 2), (11, 1), (11, 2), (19, 1))
         ],
+        # 24 to 32 warps an SM
+        "15_even_units": [
+            {"MIN_BLOCKS": b, "WARPS": w}
+            for w, b in ((2, 12), (2, 16), (4, 6), (4, 7), (4, 8), (8, 4))
+        ],
     }
 
 
@@ -186,6 +191,7 @@ TENSOR_CORE = (
     "w4_ring_lean",
     "w4_tiled_w",
     "w4_bulk_ring",
+    "w4_even_units",
 )
 RINGS = ("w4_ring_persistent", "w4_ring_lean")  # chunks of CG groups through a cp.async ring
 # 07's grid: tiles shared out evenly
@@ -215,6 +221,15 @@ def test_launch_geometry_covers_every_row(v):
             assert L.smem <= 227 * 1024
             tiles = -(-s["N"] // 16)  # contiguous runs of tiles, one a block at least
             assert L.grid == (min(tiles, cfg.NOMINAL_SM_COUNT * d["BLOCKS_SM"]), 1, 1)
+            continue
+        elif v.entry == "w4_even_units":  # one run of units a warp, on the blocks that fit
+            d, units = v.defines, -(-s["N"] // 16) * (s["K"] // 128)
+            cap = min(d["MAX_WARPS"] // d["WARPS"], cfg.NOMINAL_SM_COUNT * d["MIN_BLOCKS"])
+            assert L.block == (32 * d["WARPS"], 1, 1) and L.smem == 0
+            assert L.grid == (min(cap, -(-units // d["WARPS"])), 1, 1)
+            # a counter a tile and two 16 x 8 slots a warp, for each pass of 8 batch rows
+            ws = 4 * -(-s["M"] // 8) * (-(-s["N"] // 16) + d["MAX_WARPS"] * 2 * 128)
+            assert v.workspace_bytes(s) == ws
             continue
         elif v.entry in RINGS:  # a ring of STAGES chunks of CG KB a warp
             d = v.defines
@@ -268,21 +283,27 @@ def test_kernels_compile_without_spills_and_convert_as_they_say(built, v):
     elif v.entry == "w4_bulk_ring":  # W and the scales by the TMA unit (two copies a slot)
         assert {"UBLKCP.S.G", "LDS.128", "SYNCS.PHASECHK.TRANS64.TRYWAIT"} <= ops, sorted(ops)
         assert not any(op.startswith("LDG.E.NA") for op in ops), sorted(ops)  # x alone by LDG
-    elif v.entry in ("w4_offset_mma", "w4_tiled_w"):  # W through L2 only (.L1::no_allocate)
+    elif v.entry in ("w4_offset_mma", "w4_tiled_w", "w4_even_units"):  # W by L2 only
         assert "LDG.E.NA.128.CONSTANT" in ops, sorted(ops)
         # 12: the tiles' bulk L2 prefetches (09's source with W4_L2_PREFETCH); 09: none
         assert ("UBLKPF.L2" in ops) == v.id.startswith("12_"), (v.id, sorted(ops))
-        if v.entry == "w4_tiled_w":  # a 32-bit load gives a lane both of its rows' scales
+        if v.entry != "w4_offset_mma":  # a 32-bit load gives a lane both of its rows' scales
             assert "LDG.E.CONSTANT" in ops and "LDG.E.U16.CONSTANT" not in ops, sorted(ops)
     else:
         assert "LDG.E.EF.128" in ops, sorted(ops)  # W streamed: 16-byte ld.global.cs
     # (I2F.*.RP: the reciprocal of an integer division, as 14's runs of tiles a block)
     converts = {op for op in ops if op.startswith("I2F") and not op.endswith(".RP")}
-    if v.entry in ("w4_offset_mma", "w4_tiled_w", "w4_bulk_ring", *RINGS):  # no HADD2
+    if v.entry in ("w4_offset_mma", "w4_tiled_w", "w4_bulk_ring", "w4_even_units", *RINGS):
         assert "HMMA.16816.F32.BF16" in ops and "HADD2.BF16_V2" not in ops, sorted(ops)
         assert not converts, sorted(ops)
         # the warps add through shared memory; 14's shuffles sum x, four lanes a group
         assert ("SHFL.BFLY" in ops) == (v.entry == "w4_bulk_ring"), sorted(ops)
+        if v.entry == "w4_even_units":  # 15: pieces through the workspace, no block barrier
+            # a release add (its MEMBAR, no L1 invalidation), the finisher's acquire fence
+            # (which invalidates L1) and its L2 reads of the pieces
+            want = {"ATOM.E.ADD.STRONG.GPU", "MEMBAR.ALL.GPU", "CCTL.IVALL", "LDG.E.STRONG.GPU"}
+            assert want <= ops, sorted(ops)
+            assert "BAR.SYNC.DEFER_BLOCKING" not in ops and "MEMBAR.SC.GPU" not in ops
     elif v.entry in TENSOR_CORE:  # tensor cores; nibble pairs by LOP3 and a bf16x2 add
         assert "HMMA.16816.F32.BF16" in ops and "HADD2.BF16_V2" in ops, sorted(ops)
         assert not converts and "SHFL.BFLY" not in ops, sorted(ops)  # warps add in smem
@@ -319,7 +340,9 @@ def test_the_fused_lop3_step_halves_04s_lop3s_and_changes_nothing_else(built):
 DRIVER = r"""
 #include "emu.h"
 #include KFILE
-// argv: M N K x.bin Wq.bin S.bin y.bin guard_bytes grid.x block.x
+// argv: M N K x.bin Wq.bin S.bin y.bin guard_bytes grid.x block.x, and for a workspace variant
+// workspace_bytes launches ws.bin: the kernel launched that many times on one workspace
+// (zeroed once, as the launcher's), y poisoned again before each, the workspace left in ws.bin
 int main(int argc, char** argv) {
   const int M = atoi(argv[1]), N = atoi(argv[2]), K = atoi(argv[3]);
   const size_t guard = atol(argv[8]);
@@ -338,7 +361,18 @@ int main(int argc, char** argv) {
   char* y = slurp(argv[7], &ny);
   __nv_bfloat16* out = (__nv_bfloat16*)(y + guard);
   const dim3 grid{(unsigned)atoi(argv[9]), 1, 1}, block{(unsigned)atoi(argv[10]), 1, 1};
+#ifdef WORKSPACE
+  const size_t ws_bytes = atol(argv[11]);
+  unsigned char* ws = (unsigned char*)calloc(ws_bytes, 1);
+  const std::vector<char> poisoned(y, y + ny);
+  for (int i = 0; i < atoi(argv[12]); ++i) {
+    std::memcpy(y, poisoned.data(), ny);
+    emu_launch(grid, block, [=] { KERNEL(M, N, K, x, Wq, S, out, ws); });
+  }
+  std::ofstream(argv[13], std::ios::binary).write((const char*)ws, ws_bytes);
+#else
   emu_launch(grid, block, [=] { KERNEL(M, N, K, x, Wq, S, out); });
+#endif
   std::ofstream(argv[7], std::ios::binary).write(y, ny);
   // the L2 prefetches, as "array offset bytes" lines (offsets in bytes from the array's start)
   for (auto [p, bytes] : emu_prefetches) {
@@ -388,10 +422,12 @@ def _case(sizes) -> Case:
     )
 
 
-def _emulate(emu_dir, v, sizes, grid=None, case=None, printed=None, name=None):
+def _emulate(emu_dir, v, sizes, grid=None, case=None, printed=None, name=None, launches=2):
     """``v`` run by the emulator at ``sizes`` (on ``grid`` blocks, default its own); what the
     driver printed (the L2 prefetches) appended to ``printed``; ``name``: the executable's,
-    for a variant built with other defines than its own."""
+    for a variant built with other defines than its own. A workspace variant is launched
+    ``launches`` times on one workspace, y poisoned before each (what the last one wrote is
+    checked), and the workspace it leaves is the case's ``emu_workspace`` (bytes)."""
     exe = emu_build(emu_dir, v, name)
     case = case or _case(sizes)
     y = case.outputs["y"]
@@ -406,9 +442,14 @@ def _emulate(emu_dir, v, sizes, grid=None, case=None, printed=None, name=None):
     (L,) = v.launches(sizes, sm_count=cfg.NOMINAL_SM_COUNT)
     args = [sizes["M"], sizes["N"], sizes["K"], *files.values(), GUARD * 2]
     args += [grid or L.grid[0], L.block[0]]
+    if v.workspace:
+        ws = emu_dir / f"{v.id}-ws.bin"
+        args += [v.workspace_bytes(sizes), launches, ws]
     proc = subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     y.full[:] = np.frombuffer(files["y"].read_bytes(), dtype=np.uint16)
+    if v.workspace:
+        case.emu_workspace = ws.read_bytes()
     if printed is not None:
         printed.append(proc.stdout)
     return case
@@ -455,6 +496,38 @@ def test_the_persistent_step_streams_several_tiles_a_block(emu_dir, numpy_as_cup
     sizes = {"M": 33, "N": 40, "K": 384}  # two passes over W (batch rows 0-31, then 32)
     case = _emulate(emu_dir, v, sizes, grid=2)
     assert W4.check(case, tol, f"w4a16/{vid} at 33x40x384 (emulated)").rel_err < 4e-3
+
+
+EVEN_CUTS = [
+    ((1, 100, 1152), 1),  # 4 warps, 63 units: runs of 16, 16, 16, 15, whole tiles and pieces
+    ((2, 100, 1152), 2),  # 8 warps: runs of 8 and 7, every tile cut once or twice
+    ((3, 9, 1152), 3),  # 12 warps for 9 units: 3 warps without a unit, one tile in 9 pieces
+    ((12, 37, 256), 5),  # two passes of 8 batch rows; 20 warps for 6 units
+    ((33, 40, 384), 2),  # five passes, the last of one batch row
+]
+
+
+@pytest.mark.parametrize("sizes, grid", EVEN_CUTS, ids=lambda p: str(p))
+def test_the_even_step_adds_the_tiles_it_cuts_and_leaves_its_counters_at_zero(
+    emu_dir, numpy_as_cupy, sizes, grid
+):
+    """15's runs of units cut tiles between warps (and leave some warps without a unit): two
+    launches on one workspace both write every y (the second is checked), and every tile's
+    counter is 0 again after them, each pass's as the next launch needs."""
+    v = STUDY.variant("15_even_units")
+    M, N, K = sizes
+    case = _emulate(emu_dir, v, {"M": M, "N": N, "K": K}, grid=grid, launches=2)
+    tol = W4.tolerance({}, "bfloat16")
+    where = f"w4a16/{v.id} at {M}x{N}x{K} on {grid} blocks (emulated)"
+    assert W4.check(case, tol, where).rel_err < 4e-3
+    ws = np.frombuffer(case.emu_workspace, dtype=np.uint32)
+    tiles, region = -(-N // 16), -(-N // 16) + v.defines["MAX_WARPS"] * 2 * 128
+    assert ws.size == -(-M // 8) * region
+    counters = ws.reshape(-1, region)[:, :tiles]
+    assert not counters.any(), counters
+    # the pieces were there: a slot of the first pass holds a partial sum (not 0, not NaN)
+    slots = ws.reshape(-1, region)[0, tiles:].view(np.float32)
+    assert np.isfinite(slots).all() and slots.any()
 
 
 def _prefetched(printed: str) -> dict[str, list[tuple[int, int]]]:

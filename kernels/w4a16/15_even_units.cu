@@ -1,0 +1,223 @@
+// 15_even_units: 13's loads and mmas on a persistent grid that gives every warp the same number
+// of (tile, scale group) units; a tile split between warps is added through the workspace.
+//
+// Changed from 13: the split of the work. 13 gives each block one 16-row tile (4 warps, 8 scale
+// groups each at K = 4096): 1792 blocks at 1 x 28672 x 4096, 1.7 waves of the 1056 an H200 holds
+// (8 an SM). Its published profile (measured at 2ea551c) shows what the second wave, 70 % full,
+// costs: the SMs are active 87 % of the elapsed cycles (sm__cycles_active 33970 of 38976), and
+// the achieved occupancy is 41.7 % against the 50 % the launch allows. The walk is latency-bound
+// (a warp keeps one group in flight), so a partial wave reads at the rate of the warps it has.
+// Here the grid is the blocks the GPU holds at once (SM_COUNT * MIN_BLOCKS), and the units,
+// tile after tile and group after group within a tile (the order of Wt and St, so that a
+// warp's run is one contiguous stretch of both), are cut into one run a warp, their lengths
+// within one unit of each other. A warp walks its run as 13's warp walks its groups. Where the
+// run leaves a tile or ends, the warp either stores the tile's y itself (it held all of the
+// tile's groups) or leaves its piece, the C fragment's registers, in the workspace and adds
+// the groups it held to the tile's counter; the warp whose add completes the count adds every
+// piece of the tile in warp order (the same sum whichever warp finishes) and stores y. No
+// barrier, no waiting on another warp: a piece's stores, then the add as a release (one MEMBAR a
+// piece); the finisher's acquire fence, then its reads of the pieces from L2.
+// Batch rows go 8 a pass (13's MT = 1 loop; at M > 8 W is read once a pass, where 13 reads it
+// once for 16 batch rows): 13's MT = 2 loop with the run's bounds live beside it does not fit
+// 64 registers.
+// Hypothesis: the SMs busy to the end at the rate of 13's full wave: ~13 % off 13's 20.8 us at
+// 1 x 28672 x 4096 (~18.1 us, 3.1x cuBLAS BF16); little at 1 x 128256 x 4096 (7.2 waves of
+// 13's blocks).
+// What ncu should show: sm__cycles_active near the elapsed cycles, the achieved occupancy near
+// the launch's, dram__throughput up by the same ~13 %.
+//
+// The workspace (zeroed once, when the launcher is made), for each pass: one counter a tile, then
+// two slots for each of MAX_WARPS warps (a run holds at most a first and a last partial tile),
+// 16 x 8 floats each. A tile's finisher sets its counter back to 0, so the next launch finds it
+// so. Each pass has its own counters and slots: a warp may start pass p + 1 while another is
+// still in pass p.
+//
+// Sizes: any M, N; K a multiple of 128. Launch: grid (min(MAX_WARPS / WARPS, SM_COUNT *
+// MIN_BLOCKS, units / WARPS rounded up)), block (32 * WARPS), the workspace after y.
+#include "w4offset.cuh"
+
+#ifndef WARPS
+#define WARPS 4
+#endif
+#ifndef MIN_BLOCKS
+#define MIN_BLOCKS 8  // blocks an SM: 32 warps of 64 registers, as 13's winner
+#endif
+#ifndef MAX_WARPS
+#error "MAX_WARPS (the warps the workspace has slots for) must be defined"
+#endif
+
+constexpr int EVEN_SLOT = 128;  // floats: 16 rows of W x 8 batch rows, batch-row-major
+
+// 16 bytes of Wt, through L2 only: L1 keeps x (13's load)
+__device__ __forceinline__ uint4 even_load_wt(const uint4* p)
+{
+#ifdef KERNELBOOK_EMU
+  return *p;
+#else
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+#endif
+}
+
+// a piece written by another warp, from L2 (ld.global.cg: no stale line of L1)
+__device__ __forceinline__ float even_load_piece(const float* p)
+{
+#ifdef KERNELBOOK_EMU
+  return *p;
+#else
+  return __ldcg(p);
+#endif
+}
+
+// *p += v, a release at GPU scope (its MEMBAR makes this warp's earlier stores visible first:
+// __syncwarp orders the other lanes' before it); the old value
+__device__ __forceinline__ unsigned even_add_release(unsigned* p, unsigned v)
+{
+#ifdef KERNELBOOK_EMU
+  return atomicAdd(p, v);
+#else
+  unsigned old;
+  asm volatile("atom.add.release.gpu.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+#endif
+}
+
+// an acquire fence at GPU scope: after the add that completed a tile's count, every piece the
+// other warps released before their adds is visible
+__device__ __forceinline__ void even_acquire()
+{
+#ifdef KERNELBOOK_EMU
+  __threadfence();
+#else
+  asm volatile("fence.acq_rel.gpu;" ::: "memory");
+#endif
+}
+
+// threadIdx.x read again where it is used, so that nothing derived from it stays live through
+// the mma loop (a volatile read is not merged with the first)
+__device__ __forceinline__ int even_tid()
+{
+#ifdef KERNELBOOK_EMU
+  return threadIdx.x;
+#else
+  int t;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+  return t;
+#endif
+}
+
+// the slot index of this lane's C fragment register r: batch row 2t + r % 2, row g or g + 8
+__device__ __forceinline__ int even_at(int r, int g, int t)
+{
+  return (2 * t + r % 2) * 16 + g + (r < 2 ? 0 : 8);
+}
+
+// y's rows n0 + g, n0 + g + 8 and batch rows m0 + 2t, + 1 from the C fragment v, inside M x N
+__device__ __forceinline__ void even_store(const float (&v)[4], int M, int N, int m0, int n0, int g,
+                                           int t, __nv_bfloat16* __restrict__ y)
+{
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int n = n0 + g + (r < 2 ? 0 : 8), m = m0 + 2 * t + r % 2;
+    if (n < N && m < M) y[(size_t)m * N + n] = __float2bfloat16_rn(v[r]);
+  }
+}
+
+// the warp whose run holds unit u (R runs of base + 1 units, then runs of base)
+__device__ __forceinline__ int even_warp_of(int u, int base, int R)
+{
+  const int big = R * (base + 1);
+  return u < big ? u / (base + 1) : R + (u - big) / base;
+}
+
+// This warp's piece of `tile` (its run's first tile: slot 0; its last: slot 1) into pass
+// `pass`'s slots, its `groups` added to the tile's count; the warp whose add completes the
+// count adds every piece of the tile in warp order and stores y.
+__device__ __forceinline__ void even_piece(const float (&acc)[4], int pass, int tile, int groups,
+                                           bool first, int base, int R, int M, int N, int K,
+                                           __nv_bfloat16* __restrict__ y,
+                                           unsigned char* __restrict__ workspace)
+{
+  const int tid = even_tid(), lane = tid % 32, g = lane / 4, t = lane % 4, m0 = 8 * pass;
+  const int G = K / 128, W = gridDim.x * WARPS, wid = blockIdx.x * WARPS + tid / 32;
+  // pass `pass`'s part of the workspace: a counter a tile, then two slots a warp
+  const int T = (N + 15) / 16;
+  unsigned* const counts = reinterpret_cast<unsigned*>(workspace) +
+                           (size_t)pass * (T + (size_t)MAX_WARPS * 2 * EVEN_SLOT);
+  float* const slots = reinterpret_cast<float*>(counts + T);
+  float* const slot = slots + ((size_t)wid * 2 + (first ? 0 : 1)) * EVEN_SLOT;
+#pragma unroll
+  for (int r = 0; r < 4; ++r)
+    if (m0 + 2 * t + r % 2 < M) slot[even_at(r, g, t)] = acc[r];
+  __syncwarp();  // every lane's stores before lane 0's release
+  unsigned done = 0;
+  if (lane == 0) done = even_add_release(&counts[tile], (unsigned)groups) + groups;
+  done = __shfl_sync(0xffffffffu, done, 0);
+  if (done != (unsigned)G) return;
+  even_acquire();  // the tile's last piece: every other piece is visible now
+  const int ts = tile * G;
+  const int q0 = even_warp_of(ts, base, R), q1 = even_warp_of(ts + G - 1, base, R);
+  float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int q = q0; q <= q1; ++q) {
+    const int qs = q * base + min(q, R);  // warp q's first unit (every run here has one)
+    const float* p = slots + ((size_t)q * 2 + (qs >= ts ? 0 : 1)) * EVEN_SLOT;
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+      if (m0 + 2 * t + r % 2 < M) sum[r] += even_load_piece(p + even_at(r, g, t));
+  }
+  even_store(sum, M, N, m0, tile * 16, g, t, y);
+  if (lane == 0) counts[tile] = 0;  // every piece is in: 0 again for the next launch
+}
+
+extern "C" __global__ void __launch_bounds__(32 * WARPS, MIN_BLOCKS)
+w4_even_units(int M, int N, int K, const __nv_bfloat16* __restrict__ x,
+              const unsigned* __restrict__ Wt, const __nv_bfloat16* __restrict__ St,
+              __nv_bfloat16* __restrict__ y, unsigned char* __restrict__ workspace)
+{
+  const uint4* wt = reinterpret_cast<const uint4*>(Wt);
+  const unsigned* st = reinterpret_cast<const unsigned*>(St);
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4, G = K / 128;
+  // The warp's run [run[0], run[1]), the cut (run[2] = base, run[3] = R) and the pass (run[4]):
+  // in shared memory, read where used, so that the mma loop has the registers
+  __shared__ int runs[WARPS][5];
+  volatile int* run = runs[threadIdx.x / 32];
+  if (lane == 0) {
+    const int W = gridDim.x * WARPS, wid = blockIdx.x * WARPS + threadIdx.x / 32;
+    const int U = (N + 15) / 16 * G, base = U / W, R = U % W;
+    run[0] = wid * base + min(wid, R);
+    run[1] = run[0] + base + (wid < R ? 1 : 0);
+    run[2] = base;
+    run[3] = R;
+    run[4] = 0;
+  }
+  __syncwarp();
+  while (run[4] * 8 < M) {  // 8 batch rows a pass
+    for (int u = run[0]; u < run[1];) {
+      const int tile = u / G, gb = u - tile * G, ge = min(G, run[1] - tile * G);  // gb .. ge - 1
+      const int m0 = 8 * run[4];  // read once a tile, not once a group (volatile)
+      float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+      // a unit: 64 uint4 of Wt (rows n0 + g, then n0 + g + 8) and 8 words of St, as 13 reads
+      const uint4* w = wt + (size_t)u * 64 + lane;
+      const unsigned* s = st + (size_t)u * 8 + g;
+      for (int gi = gb; gi < ge; ++gi, w += 64, s += 8) {
+        const uint4 qa = even_load_wt(w), qb = even_load_wt(w + 32);
+        const unsigned sc = *s;  // the scales of rows n0 + g (low half) and n0 + g + 8
+        const float sa = __uint_as_float(sc << 16), sb = __uint_as_float(sc & 0xFFFF0000u);
+        w4_group_offset<1>(acc, qa, qb, sa, sb, gi, M, K, m0, x);
+      }
+      if (ge - gb == G) {
+        even_store(acc[0], M, N, 8 * run[4], tile * 16, g, t, y);  // all of it: y directly
+      } else {
+        even_piece(acc[0], run[4], tile, ge - gb, u == run[0], run[2], run[3], M, N, K, y,
+                   workspace);
+      }
+      u = tile * G + ge;
+    }
+    __syncwarp();  // every lane is past its last read of the pass
+    if (lane == 0) run[4] = run[4] + 1;
+    __syncwarp();
+  }
+}
