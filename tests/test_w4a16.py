@@ -173,10 +173,19 @@ def test_study_loads_with_both_baselines_and_the_read_roof():
         "14_bulk_ring": [
             {"CWARPS": c, "UNRG": u} for c, u in ((8, 1), (8, 2), (11, 1), (11, 2), (19, 1))
         ],
-        # 24 to 32 warps an SM
+        # 24 to 32 warps an SM; the next unit's loads early at 72 registers or more
         "15_even_units": [
-            {"MIN_BLOCKS": b, "WARPS": w}
-            for w, b in ((2, 12), (2, 16), (4, 6), (4, 7), (4, 8), (8, 4))
+            {"MIN_BLOCKS": b, "PREFETCH": p, "WARPS": w}
+            for w, b, p in (
+                (2, 12, 0),
+                (2, 16, 0),
+                (4, 6, 0),
+                (4, 6, 1),
+                (4, 7, 0),
+                (4, 7, 1),
+                (4, 8, 0),
+                (8, 4, 0),
+            )
         ],
     }
 
@@ -507,14 +516,21 @@ EVEN_CUTS = [
 ]
 
 
+@pytest.mark.parametrize("prefetch", [0, 1])
 @pytest.mark.parametrize("sizes, grid", EVEN_CUTS, ids=lambda p: str(p))
 def test_the_even_step_adds_the_tiles_it_cuts_and_leaves_its_counters_at_zero(
-    emu_dir, numpy_as_cupy, sizes, grid
+    emu_dir, numpy_as_cupy, sizes, grid, prefetch
 ):
     """15's runs of units cut tiles between warps (and leave some warps without a unit): two
     launches on one workspace both write every y (the second is checked), and every tile's
-    counter is 0 again after them, each pass's as the next launch needs."""
-    v = STUDY.variant("15_even_units")
+    counter is 0 again after them, each pass's as the next launch needs; with and without
+    the next unit's loads ahead."""
+    (v,) = [
+        c
+        for c in STUDY.candidates
+        if c.tuned_from == "15_even_units"
+        and c.tune_point == {"MIN_BLOCKS": 7, "PREFETCH": prefetch, "WARPS": 4}
+    ]
     M, N, K = sizes
     case = _emulate(emu_dir, v, {"M": M, "N": N, "K": K}, grid=grid, launches=2)
     tol = W4.tolerance({}, "bfloat16")

@@ -17,6 +17,9 @@
 // piece of the tile in warp order (the same sum whichever warp finishes) and stores y. No
 // barrier, no waiting on another warp: a piece's stores, then the add as a release (one MEMBAR a
 // piece); the finisher's acquire fence, then its reads of the pieces from L2.
+// PREFETCH 1 (tuned): within a tile's piece, the next unit's W and scales are loaded before the
+// unit in hand is used, two groups in flight a warp, at 72 registers or more. ptxas places the
+// loads after half of the unit's mmas, volatile as they are (13's UNR loaded them all first).
 // Batch rows go 8 a pass (13's MT = 1 loop; at M > 8 W is read once a pass, where 13 reads it
 // once for 16 batch rows): 13's MT = 2 loop with the run's bounds live beside it does not fit
 // 64 registers.
@@ -42,6 +45,9 @@
 #ifndef MIN_BLOCKS
 #define MIN_BLOCKS 8  // blocks an SM: 32 warps of 64 registers, as 13's winner
 #endif
+#ifndef PREFETCH
+#define PREFETCH 0  // 1: a warp loads its next unit before it uses the one it has
+#endif
 #ifndef MAX_WARPS
 #error "MAX_WARPS (the warps the workspace has slots for) must be defined"
 #endif
@@ -58,6 +64,21 @@ __device__ __forceinline__ uint4 even_load_wt(const uint4* p)
   asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
       : "l"(p));
+  return v;
+#endif
+}
+
+// even_load_wt issued where it stands: volatile, so that it stays ahead of the mmas (also
+// volatile) of the unit before it, which ptxas would otherwise let it sink among
+__device__ __forceinline__ uint4 even_load_wt_now(const uint4* p)
+{
+#ifdef KERNELBOOK_EMU
+  return *p;
+#else
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
   return v;
 #endif
 }
@@ -202,12 +223,28 @@ w4_even_units(int M, int N, int K, const __nv_bfloat16* __restrict__ x,
       // a unit: 64 uint4 of Wt (rows n0 + g, then n0 + g + 8) and 8 words of St, as 13 reads
       const uint4* w = wt + (size_t)u * 64 + lane;
       const unsigned* s = st + (size_t)u * 8 + g;
+#if PREFETCH
+      // the piece's next unit loaded before this one is used: two groups in flight a warp
+      uint4 qa = even_load_wt(w), qb = even_load_wt(w + 32);
+      unsigned sc = *s;
+      for (int gi = gb; gi < ge; ++gi) {
+        w += 64;
+        s += 8;
+        uint4 na = qa, nb = qb;
+        unsigned ns = sc;
+        if (gi + 1 < ge) na = even_load_wt_now(w), nb = even_load_wt_now(w + 32), ns = *s;
+        const float sa = __uint_as_float(sc << 16), sb = __uint_as_float(sc & 0xFFFF0000u);
+        w4_group_offset<1>(acc, qa, qb, sa, sb, gi, M, K, m0, x);
+        qa = na, qb = nb, sc = ns;
+      }
+#else
       for (int gi = gb; gi < ge; ++gi, w += 64, s += 8) {
         const uint4 qa = even_load_wt(w), qb = even_load_wt(w + 32);
         const unsigned sc = *s;  // the scales of rows n0 + g (low half) and n0 + g + 8
         const float sa = __uint_as_float(sc << 16), sb = __uint_as_float(sc & 0xFFFF0000u);
         w4_group_offset<1>(acc, qa, qb, sa, sb, gi, M, K, m0, x);
       }
+#endif
       if (ge - gb == G) {
         even_store(acc[0], M, N, 8 * run[4], tile * 16, g, t, y);  // all of it: y directly
       } else {
