@@ -763,6 +763,26 @@ def test_the_quick_profile_of_several_variants_compiles_them_and_runs_ncu_once(t
     assert (reports / "study.ncu-rep").is_file()
 
 
+def test_a_quick_profile_runs_the_baseline_a_target_is_held_against_too(tmp_path):
+    """w4a16's targets are on cuBLAS BF16, a baseline timed beside its primary (dequantize,
+    then matmul): a quick profile runs both, each with its own rows at the size, and cuBLAS
+    BF16 reads the weights in 16 bits where the 4-bit step reads them in 4 (more than 3x
+    its DRAM bytes)."""
+    run = ["13_tiled_w__WARPS4_UNR1_MIN_BLOCKS8"]
+    out, reports = tmp_path / "profile.parquet", tmp_path / "reports"
+    kb("profile", "w4a16", *run, "--size", "1x4096x4096", "--reports", str(reports),
+       "--out", str(out))  # fmt: skip
+    df = tables.read(out)
+    rest, _ = _and_baseline(df, "dequant_matmul", ("1x4096x4096",))
+    ours, cublas = _and_baseline(rest, "cublas_bf16", ("1x4096x4096",))
+    assert set(ours["variant"]) == set(run)
+
+    def dram(rows):
+        return rows[rows["metric"] == "dram__bytes_read.sum"]["value"].iloc[0]
+
+    assert dram(cublas) > 3 * dram(ours) > 3 * 4096 * 4096 / 2, (dram(cublas), dram(ours))
+
+
 def test_a_study_profile_runs_its_several_kernel_variants_in_one_ncu_process(tmp_path):
     """Variants of several kernels (split-KV and its combine), found by NVTX range, share one
     ncu run at all their sizes (ranged.ncu-rep): each launch's kernels are told apart by the

@@ -365,11 +365,11 @@ def test_a_studys_baseline_is_profiled_beside_its_variants_by_nvtx_range(tmp_pat
 
     from kernelbook import config as cfg
     from kernelbook.launch.process import BaselineRun, read_plan
-    from kernelbook.profile.job import baseline_entry
+    from kernelbook.profile.job import baseline_entries
 
     project = cfg.load_project_file(REPO / "config" / "config.yaml")
     study = project.study("sgemm")
-    job, base, cubin, sizes, skip = baseline_entry(study, study.profile_sizes)
+    [(job, base, cubin, sizes, skip)] = baseline_entries(study, study.profile_sizes)
     assert (job, base, cubin, sizes, skip) == (
         "baseline:cublas",
         BaselineRun("cublas"),
@@ -390,6 +390,31 @@ def test_a_studys_baseline_is_profiled_beside_its_variants_by_nvtx_range(tmp_pat
     proc = kb("launch", "sgemm", "--plan", str(bad), check=False)
     assert proc.returncode == 1
     assert "no baseline 'magma' (baselines: cublas)" in proc.stderr, proc.stderr
+
+
+def test_a_target_held_against_another_baseline_has_that_one_profiled_too(tmp_path):
+    """w4a16's targets are on cuBLAS BF16, a baseline timed beside its primary
+    (dequantize, then matmul): the study profile runs both, the primary first, and no other
+    (tinygemm_int4 is timed, not profiled); a plan names each."""
+    from conftest import REPO
+
+    from kernelbook import config as cfg
+    from kernelbook.launch.process import BaselineRun, read_plan
+    from kernelbook.profile.job import baseline_entries
+
+    project = cfg.load_project_file(REPO / "config" / "config.yaml")
+    study = project.study("w4a16")
+    assert {t["metric"] for t in study.targets} == {"pct_of_cublas_bf16"}
+    assert study.extra_baselines == ("cublas_bf16", "tinygemm_int4")
+    entries = baseline_entries(study, study.profile_sizes)
+    assert [e[0] for e in entries] == ["baseline:dequant_matmul", "baseline:cublas_bf16"]
+    assert [e[1] for e in entries] == [BaselineRun("dequant_matmul"), BaselineRun("cublas_bf16")]
+    label = "1x28672x4096"
+    profile._launch_one(project, study, entries[1][1], label, None, tmp_path)
+    [(got, _, labels)] = read_plan(study, tmp_path / f"{label}.plan.json")
+    assert got == BaselineRun("cublas_bf16") and labels == [label]
+    # a study whose targets are all on its primary profiles that one alone
+    assert project.study("sgemm").profiled_baselines == ("cublas",)
 
 
 def test_a_launch_plan_that_is_not_one_is_one_error_naming_it(tmp_path):

@@ -250,6 +250,43 @@ def test_a_missed_target_sets_the_baselines_profile_beside_the_closest(tmp_path)
     assert baseline_digest(loaded, "1x1x1") == ""
 
 
+def test_a_target_on_another_baseline_quotes_that_baseline_s_profile(tmp_path):
+    """w4a16's targets are on cuBLAS BF16, not on its primary baseline (dequantize, then
+    matmul): a missed target quotes the profile of the baseline it is held against, a target
+    on the primary's ratio the primary's, and none where that one was not profiled (rows
+    named baseline:<name> here: other profiled rows of w4a16's published data, renamed)."""
+    from kernelbook.report import data as rdata
+    from kernelbook.report.targets import baseline_digest
+
+    src = REPO / "worklogs" / GPU / "w4a16" / "data"
+    prof = tables.read(src / "profile.parquet")
+    prof = prof[~prof["variant"].astype(str).str.startswith("baseline:")]
+    size = "1x28672x4096"
+    at = prof[prof["size"] == size]
+    primary, cublas = at[at["variant"] == "09_offset_mma"], at[at["variant"] == "13_tiled_w"]
+    assert not primary.empty and not cublas.empty
+    paths = {"measurements": src / "measurements.parquet", "meta": src / "study.json"}
+
+    def digest(rows, metric):
+        path = tmp_path / f"{len(rows)}.parquet"
+        tables.write(pd.concat([prof, *rows], ignore_index=True), path, "profile", ("M", "N", "K"))
+        return baseline_digest(rdata.load({**paths, "profile": path}), size, metric)
+
+    only_primary = [primary.assign(variant="baseline:dequant_matmul")]
+    assert digest(only_primary, "pct_of_cublas_bf16") == ""
+    both = [*only_primary, cublas.assign(variant="baseline:cublas_bf16")]
+    got = digest(both, "pct_of_cublas_bf16")
+    assert got.startswith(" The baseline (cublas_bf16) there, profiled in the same run: ")
+    assert "dequant_matmul" not in got
+    for text in _issue_and_launch(cublas, "13_tiled_w", size):
+        assert text in got
+    own = digest(both, "pct_of_baseline")
+    assert own.startswith(" The baseline (dequant_matmul) there, profiled in the same run: ")
+    assert "cublas_bf16" not in own
+    for text in _issue_and_launch(primary, "09_offset_mma", size):
+        assert text in own
+
+
 def test_the_launch_text_names_blocks_residency_and_the_last_waves_fill():
     from kernelbook.report.targets import launch_text
 

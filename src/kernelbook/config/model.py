@@ -234,6 +234,13 @@ class Study:
                 out.append(s)
         return out
 
+    @property
+    def profiled_baselines(self) -> tuple[str, ...]:
+        """The baselines a study profile runs beside the variants: the primary, then each
+        other one a target is held against (``pct_of_<name>``), in the targets' order."""
+        named = [str(t.get("metric", ""))[len("pct_of_") :] for t in self.targets]
+        return (self.baseline, *(n for n in dict.fromkeys(named) if n in self.extra_baselines))
+
     def expects(self) -> dict[str, str | None]:
         """{variant id: its ``expect`` (None for an ordinary variant)}: what the gates read."""
         return {v.id: v.expect for v in self.variants}

@@ -139,21 +139,22 @@ def profile_study_job(
                                           "profile"):  # fmt: skip
         runs = targets(study, v, sizes, build_dir, tuned_table=table)  # a plain one: its cubin
         entries += [(v.id, run, path, run_sizes, failed) for run, path, run_sizes in runs]
-    entries.append(baseline_entry(study, sizes))
+    entries += baseline_entries(study, sizes)
     return _profile_and_write(
         study, out, reports,
         lambda uuid: ncu.profile_study(project, study, entries, Path(reports), uuid),
     )  # fmt: skip
 
 
-def baseline_entry(study: Study, sizes) -> tuple:
-    """ncu.profile_study's entry for the study's baseline at ``sizes``: profiled beside the
-    variants (its rows' variant is BASELINE_PREFIX and its name), so that a page can set a
-    step's profile against the library's at the same size."""
+def baseline_entries(study: Study, sizes) -> list[tuple]:
+    """ncu.profile_study's entries for the study's profiled baselines at ``sizes`` (the
+    primary, and each other one a target is held against: Study.profiled_baselines):
+    profiled beside the variants (a baseline's rows' variant is BASELINE_PREFIX and its
+    name), so that a page can set a step's profile against the library's at the same size."""
     from kernelbook.launch.process import BaselineRun
 
-    base = BaselineRun(study.baseline)
-    return (base.id, base, None, list(sizes), {})
+    runs = [BaselineRun(name) for name in study.profiled_baselines]
+    return [(base.id, base, None, list(sizes), {}) for base in runs]
 
 
 def _profile_built_now(project: Project, study: Study, variants, out, reports, sizes,
@@ -173,7 +174,7 @@ def _profile_built_now(project: Project, study: Study, variants, out, reports, s
             (v.id, v, build_now(project, study, v, Path(tmp) / v.id / "kernel.cubin").cubin,
              sizes, {})
             for v in variants
-        ] + [baseline_entry(study, sizes)]  # fmt: skip
+        ] + baseline_entries(study, sizes)  # fmt: skip
         return _profile_and_write(
             study, out, reports,
             lambda uuid: ncu.profile_study(project, study, entries, Path(reports), uuid),

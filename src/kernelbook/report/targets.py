@@ -384,7 +384,7 @@ def section_lines(data: StudyData, found: list[dict]) -> list[str]:
             line += " Its profile there is above."
         elif digest:
             line += f" Nsight Compute at that size: {digest}."
-            line += baseline_digest(data, t["size"])
+            line += baseline_digest(data, t["size"], t["metric"])
         else:
             line += f" {t['held']} was not profiled at {t['size']}."
         shown.add((t["held"], t["size"]))
@@ -392,17 +392,23 @@ def section_lines(data: StudyData, found: list[dict]) -> list[str]:
     return L
 
 
-def baseline_digest(data: StudyData, size: str) -> str:
-    """The baseline's profile at ``size`` beside a step's (profiled with the variants, its
-    rows: data.profiled_baselines), as a sentence; where its profile failed there,
-    why; nothing where the profile has no baseline rows (tables from before they were)."""
+def baseline_digest(data: StudyData, size: str, metric: str = "pct_of_baseline") -> str:
+    """The profile at ``size`` of the baseline a target on ``metric`` is held against (the
+    one ``pct_of_<name>`` names, else the study's primary), profiled with the variants (its
+    rows: data.profiled_baselines), as a sentence; where its profile failed there, why;
+    nothing where that baseline was not profiled (tables from before baselines were, or
+    before the targets' own were)."""
     prof = data.table("profile_status")
     if prof is None:
         prof = data.table("profile")  # a table from before the status column
     if prof is None or prof.empty:
         return ""
+    named = metric[len("pct_of_") :] if metric.startswith("pct_of_") else "baseline"
+    held = str(data.meta.get("baseline")) if named == "baseline" else named
     out = ""
     for vid, name in profiled_baselines(prof):
+        if name != held:
+            continue
         digest = profile_digest(data, vid, size)
         if digest:
             out += f" The baseline ({name}) there, profiled in the same run: {digest}."
