@@ -106,8 +106,8 @@ __device__ __forceinline__ unsigned even_add_release(unsigned* p, unsigned v)
 #endif
 }
 
-// an acquire fence at GPU scope: after the add that completed a tile's count, every piece the
-// other warps released before their adds is visible
+// an acquire fence at GPU scope: after lane 0's add that completed a tile's count, every piece
+// the other warps released before their adds is visible to it
 __device__ __forceinline__ void even_acquire()
 {
 #ifdef KERNELBOOK_EMU
@@ -178,7 +178,10 @@ __device__ __forceinline__ void even_piece(const float (&acc)[4], int pass, int 
   if (lane == 0) done = even_add_release(&counts[tile], (unsigned)groups) + groups;
   done = __shfl_sync(0xffffffffu, done, 0);
   if (done != (unsigned)G) return;
-  even_acquire();  // the tile's last piece: every other piece is visible now
+  // the tile's last piece: lane 0's add read the count, its fence makes that an acquire, and
+  // the warp's barrier orders the other lanes' reads of the pieces after it
+  even_acquire();
+  __syncwarp();
   const int ts = tile * G;
   const int q0 = even_warp_of(ts, base, R), q1 = even_warp_of(ts + G - 1, base, R);
   float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
