@@ -19,7 +19,7 @@
 // piece); the finisher's acquire fence, then its reads of the pieces from L2.
 // PREFETCH 1 (tuned): within a tile's piece, the next unit's W and scales are loaded before the
 // unit in hand is used, two groups in flight a warp, at 72 registers or more. ptxas places the
-// loads after half of the unit's mmas, volatile as they are (13's UNR loaded them all first).
+// loads after half of the unit's mmas (volatile loads land there too).
 // Batch rows go 8 a pass (13's MT = 1 loop; at M > 8 W is read once a pass, where 13 reads it
 // once for 16 batch rows): 13's MT = 2 loop with the run's bounds live beside it does not fit
 // 64 registers.
@@ -64,21 +64,6 @@ __device__ __forceinline__ uint4 even_load_wt(const uint4* p)
   asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
       : "l"(p));
-  return v;
-#endif
-}
-
-// even_load_wt issued where it stands: volatile, so that it stays ahead of the mmas (also
-// volatile) of the unit before it, which ptxas would otherwise let it sink among
-__device__ __forceinline__ uint4 even_load_wt_now(const uint4* p)
-{
-#ifdef KERNELBOOK_EMU
-  return *p;
-#else
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
   return v;
 #endif
 }
@@ -235,7 +220,7 @@ w4_even_units(int M, int N, int K, const __nv_bfloat16* __restrict__ x,
         s += 8;
         uint4 na = qa, nb = qb;
         unsigned ns = sc;
-        if (gi + 1 < ge) na = even_load_wt_now(w), nb = even_load_wt_now(w + 32), ns = *s;
+        if (gi + 1 < ge) na = even_load_wt(w), nb = even_load_wt(w + 32), ns = *s;
         const float sa = __uint_as_float(sc << 16), sb = __uint_as_float(sc & 0xFFFF0000u);
         w4_group_offset<1>(acc, qa, qb, sa, sb, gi, M, K, m0, x);
         qa = na, qb = nb, sc = ns;
