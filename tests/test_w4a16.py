@@ -12,6 +12,7 @@ import dataclasses
 import json
 import shutil
 import subprocess
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -187,6 +188,12 @@ def test_study_loads_with_both_baselines_and_the_read_roof():
                 (8, 4, 0),
             )
         ],
+        # the same warps an SM; PREFETCH fits 64 registers with the leaner group
+        "16_even_lean": [
+            {"MIN_BLOCKS": b, "PREFETCH": p, "WARPS": w}
+            for w, b in ((2, 12), (2, 16), (4, 6), (4, 7), (4, 8), (8, 4))
+            for p in (0, 1)
+        ],
     }
 
 
@@ -234,7 +241,9 @@ def test_launch_geometry_covers_every_row(v):
         elif v.entry == "w4_even_units":  # one run of units a warp, on the blocks that fit
             d, units = v.defines, -(-s["N"] // 16) * (s["K"] // 128)
             cap = min(d["MAX_WARPS"] // d["WARPS"], cfg.NOMINAL_SM_COUNT * d["MIN_BLOCKS"])
-            assert L.block == (32 * d["WARPS"], 1, 1) and L.smem == 0
+            # 16: -136 sum x for each group and 8 batch rows in shared memory
+            lean = s["K"] // 128 * 32 if v.id.startswith("16_even_lean") else 0
+            assert L.block == (32 * d["WARPS"], 1, 1) and L.smem == lean
             assert L.grid == (min(cap, -(-units // d["WARPS"])), 1, 1)
             # a counter a tile and two 16 x 8 slots a warp, for each pass of 8 batch rows
             ws = 4 * -(-s["M"] // 8) * (-(-s["N"] // 16) + d["MAX_WARPS"] * 2 * 128)
@@ -305,14 +314,17 @@ def test_kernels_compile_without_spills_and_convert_as_they_say(built, v):
     if v.entry in ("w4_offset_mma", "w4_tiled_w", "w4_bulk_ring", "w4_even_units", *RINGS):
         assert "HMMA.16816.F32.BF16" in ops and "HADD2.BF16_V2" not in ops, sorted(ops)
         assert not converts, sorted(ops)
-        # the warps add through shared memory; 14's shuffles sum x, four lanes a group
-        assert ("SHFL.BFLY" in ops) == (v.entry == "w4_bulk_ring"), sorted(ops)
+        # the warps add through shared memory; 14's and 16's shuffles sum x, four lanes a group
+        sums_x = v.entry == "w4_bulk_ring" or v.id.startswith("16_even_lean")
+        assert ("SHFL.BFLY" in ops) == sums_x, sorted(ops)
         if v.entry == "w4_even_units":  # 15: pieces through the workspace, no block barrier
             # a release add (its MEMBAR, no L1 invalidation), the finisher's acquire fence
             # (which invalidates L1) and its L2 reads of the pieces
             want = {"ATOM.E.ADD.STRONG.GPU", "MEMBAR.ALL.GPU", "CCTL.IVALL", "LDG.E.STRONG.GPU"}
             assert want <= ops, sorted(ops)
-            assert "BAR.SYNC.DEFER_BLOCKING" not in ops and "MEMBAR.SC.GPU" not in ops
+            assert "MEMBAR.SC.GPU" not in ops
+            # a block barrier only around 16's sums of x, once a pass
+            assert ("BAR.SYNC.DEFER_BLOCKING" in ops) == sums_x, sorted(ops)
     elif v.entry in TENSOR_CORE:  # tensor cores; nibble pairs by LOP3 and a bf16x2 add
         assert "HMMA.16816.F32.BF16" in ops and "HADD2.BF16_V2" in ops, sorted(ops)
         assert not converts and "SHFL.BFLY" not in ops, sorted(ops)  # warps add in smem
@@ -516,19 +528,20 @@ EVEN_CUTS = [
 ]
 
 
+@pytest.mark.parametrize("step", ["15_even_units", "16_even_lean"])
 @pytest.mark.parametrize("prefetch", [0, 1])
 @pytest.mark.parametrize("sizes, grid", EVEN_CUTS, ids=lambda p: str(p))
 def test_the_even_step_adds_the_tiles_it_cuts_and_leaves_its_counters_at_zero(
-    emu_dir, numpy_as_cupy, sizes, grid, prefetch
+    emu_dir, numpy_as_cupy, sizes, grid, prefetch, step
 ):
-    """15's runs of units cut tiles between warps (and leave some warps without a unit): two
-    launches on one workspace both write every y (the second is checked), and every tile's
-    counter is 0 again after them, each pass's as the next launch needs; with and without
-    the next unit's loads ahead."""
+    """15's runs of units (16's too) cut tiles between warps (and leave some warps without
+    a unit): two launches on one workspace both write every y (the second is checked), and
+    every tile's counter is 0 again after them, each pass's as the next launch needs; with
+    and without the next unit's loads ahead."""
     (v,) = [
         c
         for c in STUDY.candidates
-        if c.tuned_from == "15_even_units"
+        if c.tuned_from == step
         and c.tune_point == {"MIN_BLOCKS": 7, "PREFETCH": prefetch, "WARPS": 4}
     ]
     M, N, K = sizes
@@ -544,6 +557,34 @@ def test_the_even_step_adds_the_tiles_it_cuts_and_leaves_its_counters_at_zero(
     # the pieces were there: a slot of the first pass holds a partial sum (not 0, not NaN)
     slots = ws.reshape(-1, region)[0, tiles:].view(np.float32)
     assert np.isfinite(slots).all() and slots.any()
+
+
+def test_the_lean_step_runs_half_15s_mmas_and_no_permutes_in_its_hot_loop(tmp_path):
+    """16 is 15's source built with EVEN_LEAN: in the hot loop a group is 8 HMMAs, not 16
+    (no zero-point chain), no PRMT (x's words are the B fragment as they lie) and no
+    predicated load of x (a lane past M reads row M - 1), under 75 % of 15's instructions."""
+    from kernelbook.build import loops
+    from kernelbook.build import nvcc as build
+
+    hot = {}
+    for step in ("15_even_units", "16_even_lean"):
+        v = STUDY.variant(f"{step}__WARPS4_MIN_BLOCKS8_PREFETCH0")
+        cubin = tmp_path / f"{step}.cubin"
+        build.compile_variant(v, ARCH, FLAGS, REPO, cubin)
+        dump = subprocess.run(
+            [build.tool("cuobjdump"), "-sass", str(cubin)], capture_output=True, text=True
+        )
+        hot[step], _ = loops.hot_loop(dump.stdout)
+    ops = {k: Counter(loops.base(i.op) for i in lp.insns) for k, lp in hot.items()}
+    x_loads = {  # x through L1: LDG.E.128.CONSTANT (W: .NA, through L2 only)
+        k: [i for i in lp.insns if i.op == "LDG.E.128.CONSTANT"] for k, lp in hot.items()
+    }
+    assert (ops["15_even_units"]["HMMA"], ops["16_even_lean"]["HMMA"]) == (16, 8)
+    assert (ops["15_even_units"]["PRMT"], ops["16_even_lean"]["PRMT"]) == (16, 0)
+    assert len(x_loads["15_even_units"]) == len(x_loads["16_even_lean"]) == 4
+    assert all(i.predicated for i in x_loads["15_even_units"])
+    assert not any(i.predicated for i in x_loads["16_even_lean"])
+    assert len(hot["16_even_lean"].insns) < 0.75 * len(hot["15_even_units"].insns)
 
 
 def _prefetched(printed: str) -> dict[str, list[tuple[int, int]]]:

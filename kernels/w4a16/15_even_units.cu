@@ -35,6 +35,9 @@
 // so. Each pass has its own counters and slots: a warp may start pass p + 1 while another is
 // still in pass p.
 //
+// Built with EVEN_LEAN 1 (16_even_lean), a group is 14's leaner one (even_group_lean) and the
+// block sums x into shared memory once a pass.
+//
 // Sizes: any M, N; K a multiple of 128. Launch: grid (min(MAX_WARPS / WARPS, SM_COUNT *
 // MIN_BLOCKS, units / WARPS rounded up)), block (32 * WARPS), the workspace after y.
 #include "w4offset.cuh"
@@ -44,6 +47,9 @@
 #endif
 #ifndef MIN_BLOCKS
 #define MIN_BLOCKS 8  // blocks an SM: 32 warps of 64 registers, as 13's winner
+#endif
+#ifndef EVEN_LEAN
+#define EVEN_LEAN 0  // 1: 16_even_lean's group (see even_group_lean)
 #endif
 #ifndef PREFETCH
 #define PREFETCH 0  // 1: a warp loads its next unit before it uses the one it has
@@ -181,6 +187,78 @@ __device__ __forceinline__ void even_piece(const float (&acc)[4], int pass, int 
   if (lane == 0) counts[tile] = 0;  // every piece is in: 0 again for the next launch
 }
 
+#if EVEN_LEAN
+// -136 times the sum of x over each scale group, for batch rows m0 .. m0 + 8 (0 past M), into
+// xs[8 gi + r]: the block's threads four lanes an item, 32 elements each
+__device__ __forceinline__ void even_x_sums(float* xs, int M, int K, int m0,
+                                            const __nv_bfloat16* __restrict__ x)
+{
+  const int items = K / 128 * 8, sub = threadIdx.x % 4;
+  for (int base = 0; base < items; base += 8 * WARPS) {  // the same trips for the whole warp
+    const int item = base + threadIdx.x / 4, m = m0 + item % 8;
+    float s = 0.0f;
+    if (item < items && m < M) {
+      const uint4* p = reinterpret_cast<const uint4*>(x + (size_t)m * K + item / 8 * 128) + 4 * sub;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const uint4 v = __ldg(p + i);
+        const unsigned u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          s += __uint_as_float(u[e] << 16) + __uint_as_float(u[e] & 0xFFFF0000u);
+      }
+    }
+    s += __shfl_xor_sync(0xffffffffu, s, 1);
+    s += __shfl_xor_sync(0xffffffffu, s, 2);
+    if (sub == 0 && item < items) xs[item] = -136.0f * s;
+  }
+}
+
+// acc += the scaled products of scale group gi with batch rows m0 + g, in the tiled_pairs
+// layout (nibbles s and s + 4 of a word are its weights 2s and 2s + 1, so that x's 32-bit
+// words are the B fragment as they lie: no PRMT), the weights as 128 + q and the zero point
+// -136 sum x from xs (no mma of its own: 8 HMMAs a group, not 16); a lane past M reads batch
+// row M - 1 again (its C columns are never stored: no predicated load)
+__device__ __forceinline__ void even_group_lean(float (&acc)[4], uint4 qa, uint4 qb, float sa,
+                                                float sb, int gi, int M, int K, int m0,
+                                                const __nv_bfloat16* __restrict__ x,
+                                                const float* xs)
+{
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const uint4* xr = reinterpret_cast<const uint4*>(x + (size_t)min(m0 + g, M - 1) * K + gi * 128) +
+                    4 * t;
+  float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    const unsigned ua = w == 0 ? qa.x : w == 1 ? qa.y : w == 2 ? qa.z : qa.w;
+    const unsigned ub = w == 0 ? qb.x : w == 1 ? qb.y : w == 2 ? qb.z : qb.w;
+    const uint4 xv = __ldg(xr + w);
+    mma_bf16(c, nib_biased<0>(ua), nib_biased<0>(ub), nib_biased<1>(ua), nib_biased<1>(ub), xv.x,
+             xv.y);
+    mma_bf16(c, nib_biased<2>(ua), nib_biased<2>(ub), nib_biased<3>(ua), nib_biased<3>(ub), xv.z,
+             xv.w);
+  }
+  const float z0 = xs[8 * gi + 2 * t], z1 = xs[8 * gi + 2 * t + 1];  // C columns 2t, 2t + 1
+  acc[0] = fmaf(sa, c[0] + z0, acc[0]);  // rows g, g + 8: their group's scale
+  acc[1] = fmaf(sa, c[1] + z1, acc[1]);
+  acc[2] = fmaf(sb, c[2] + z0, acc[2]);
+  acc[3] = fmaf(sb, c[3] + z1, acc[3]);
+}
+#endif
+
+// one scale group into acc: 13's (09's w4_group_offset), or 16's lean one (xs: its sums of x)
+__device__ __forceinline__ void even_group(float (&acc)[1][4], uint4 qa, uint4 qb, float sa,
+                                           float sb, int gi, int M, int K, int m0,
+                                           const __nv_bfloat16* __restrict__ x, const float* xs)
+{
+#if EVEN_LEAN
+  even_group_lean(acc[0], qa, qb, sa, sb, gi, M, K, m0, x, xs);
+#else
+  (void)xs;
+  w4_group_offset<1>(acc, qa, qb, sa, sb, gi, M, K, m0, x);
+#endif
+}
+
 extern "C" __global__ void __launch_bounds__(32 * WARPS, MIN_BLOCKS)
 w4_even_units(int M, int N, int K, const __nv_bfloat16* __restrict__ x,
               const unsigned* __restrict__ Wt, const __nv_bfloat16* __restrict__ St,
@@ -203,7 +281,17 @@ w4_even_units(int M, int N, int K, const __nv_bfloat16* __restrict__ x,
     run[4] = 0;
   }
   __syncwarp();
+#if EVEN_LEAN
+  DYNAMIC_SMEM_FLOATS(xs);  // -136 sum x, K / 128 groups x 8 batch rows
+#else
+  const float* xs = nullptr;
+#endif
   while (run[4] * 8 < M) {  // 8 batch rows a pass
+#if EVEN_LEAN
+    __syncthreads();  // every warp of the block done with the last pass's sums
+    even_x_sums(xs, M, K, 8 * run[4], x);
+    __syncthreads();
+#endif
     for (int u = run[0]; u < run[1];) {
       const int tile = u / G, gb = u - tile * G, ge = min(G, run[1] - tile * G);  // gb .. ge - 1
       const int m0 = 8 * run[4];  // read once a tile, not once a group (volatile)
@@ -222,7 +310,7 @@ w4_even_units(int M, int N, int K, const __nv_bfloat16* __restrict__ x,
         unsigned ns = sc;
         if (gi + 1 < ge) na = even_load_wt(w), nb = even_load_wt(w + 32), ns = *s;
         const float sa = __uint_as_float(sc << 16), sb = __uint_as_float(sc & 0xFFFF0000u);
-        w4_group_offset<1>(acc, qa, qb, sa, sb, gi, M, K, m0, x);
+        even_group(acc, qa, qb, sa, sb, gi, M, K, m0, x, xs);
         qa = na, qb = nb, sc = ns;
       }
 #else
@@ -230,7 +318,7 @@ w4_even_units(int M, int N, int K, const __nv_bfloat16* __restrict__ x,
         const uint4 qa = even_load_wt(w), qb = even_load_wt(w + 32);
         const unsigned sc = *s;  // the scales of rows n0 + g (low half) and n0 + g + 8
         const float sa = __uint_as_float(sc << 16), sb = __uint_as_float(sc & 0xFFFF0000u);
-        w4_group_offset<1>(acc, qa, qb, sa, sb, gi, M, K, m0, x);
+        even_group(acc, qa, qb, sa, sb, gi, M, K, m0, x, xs);
       }
 #endif
       if (ge - gb == G) {
