@@ -376,11 +376,16 @@ def test_a_run_here_takes_as_many_gpu_jobs_at_once_as_nvml_lists_gpus(tmp_path, 
     assert given("--resources", "gpu=5") == 5  # what the command line says wins
 
 
-def test_benches_spread_over_two_fake_gpus_and_a_timer_holds_back_only_its_own(fake_env):
+def test_benches_spread_over_two_fake_gpus_and_a_timer_holds_back_only_its_own(fake_env, tmp_path):
     """Four benches on two GPUs: two on each (seats), whichever order they come in. One
     waiting to time on its GPU keeps new checkers off that GPU only: a checker goes to
-    the other one."""
+    the other one. Their ledger has holds of both GPUs and no hold that overlaps a timing
+    (`kernelbook ledger --check`'s conflicts)."""
+    from kernelbook import ledger
+
+    book = tmp_path / "gpu-ledger.tsv"
     env = {**fake_env, "FAKE_NVML_GPUS": "NVIDIA H200:GPU-aaaa,NVIDIA H200:GPU-bbbb"}
+    env["KERNELBOOK_GPU_LEDGER"] = str(book)
     benches = [Bencher(env) for _ in range(4)]
     try:
         on = sorted(b.uuid for b in benches)
@@ -395,6 +400,16 @@ def test_benches_spread_over_two_fake_gpus_and_a_timer_holds_back_only_its_own(f
         mate = next(b for b in benches[1:] if b.uuid == first.uuid)
         assert mate.end() == 0
         assert first.switched(10)
+        first.tell("shared")
+        assert first.switched(10)
     finally:
         for b in benches:
             b.end()
+    holds = ledger.read(book)
+    assert {h.gpu for h in holds} == {"GPU-aaaa", "GPU-bbbb"}, holds
+    timing = [h for h in holds if h.mode == "exclusive"]
+    assert [h.gpu for h in timing] == [first.uuid], holds
+    # the mate's checks on that GPU ended before the timing began
+    assert ledger.conflicts(holds) == []
+    mates = [h for h in holds if h.gpu == first.uuid and h.mode == "shared"]
+    assert any(h.end <= timing[0].start for h in mates), holds

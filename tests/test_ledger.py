@@ -4,9 +4,12 @@ span splits into exclusive, shared-only and idle time per GPU."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from kernelbook import gpu, ledger
@@ -152,3 +155,90 @@ def test_a_job_gives_its_gpu_lock_back_when_its_gpu_work_is_done(tmp_path, monke
     gpu.hold_ends()  # what exit would run: nothing more to write
     assert len(ledger.read(ledger_file)) == 1
     gpu.release_slot(slot)  # twice, or a slot a parent holds (lock None): nothing
+
+
+RUN = Path(__file__).parent / "fixtures" / "h200-sgemm-run"  # a real run's ledger and rows
+
+
+def test_a_real_runs_rows_lie_in_their_jobs_holds_and_no_hold_overlaps_a_timing():
+    """sgemm's run on an H200 (its ledger and its tables' where-and-when columns): no hold
+    overlaps an exclusive one, and each of its 635 rows was made on the GPU it names inside
+    a hold of its own job, a timed one (status ok) inside an exclusive one, a skipped one
+    (01_naive at 8192^3) while its job checked."""
+    holds = ledger.read(RUN / "gpu-ledger.tsv")
+    assert ledger.conflicts(holds) == []
+    assert ledger.check(holds, [RUN]) == ([], 549 + 18 + 68)
+    rows = pd.read_parquet(RUN / "measurements.parquet")
+    assert set(rows["status"]) == {"ok", "skipped"}
+
+
+def test_the_check_names_a_row_off_its_gpu_or_out_of_its_timing_and_an_overlap(tmp_path):
+    """What the check catches, each by name: a row that names another GPU, a timed row made
+    outside its job's exclusive hold (while it checked), a hold that overlaps another's
+    timing on its GPU; shared holds side by side, and holds of two GPUs, are no conflict."""
+    holds = ledger.read(RUN / "gpu-ledger.tsv")
+    gpu = holds[0].gpu
+    rows = pd.read_parquet(RUN / "measurements.parquet")
+    ok = rows.index[(rows["variant"] == "02_coalescing") & (rows["status"] == "ok")]
+    moved = rows.copy()
+    moved.loc[ok[0], "gpu_uuid"] = "GPU-other"
+    shared = next(
+        h for h in holds if h.job == "bench sgemm 03_smem_blocking" and h.mode == "shared"
+    )
+    third = rows.index[(rows["variant"] == "03_smem_blocking") & (rows["status"] == "ok")]
+    at = pd.Timestamp(round((shared.start + 0.01) * 1e6), unit="us", tz="UTC")
+    moved.loc[third[0], "measured_at"] = at
+    for name in ("profile", "sanitizer"):
+        shutil.copy(RUN / f"{name}.parquet", tmp_path)
+    moved.to_parquet(tmp_path / "measurements.parquet")
+    problems, n = ledger.check(holds, [tmp_path])
+    assert n == 635 and len(problems) == 2, problems
+    assert problems[0].startswith("measurements sgemm 02_coalescing on GPU-other: 1 row(s)")
+    assert problems[1].startswith(f"measurements sgemm 03_smem_blocking on {gpu}: 1 row(s) in ")
+    assert "no exclusive hold" in problems[1]
+    # a timing that overlaps another job's on one GPU; two shared holds; another GPU's hold
+    timing = next(
+        h for h in holds if h.job == "bench sgemm 05_blocktiling_2d" and h.mode == "exclusive"
+    )
+    mid = (timing.start + timing.end) / 2
+    extra = [
+        ledger.Hold(mid, mid + 1, 1, "exclusive", gpu, "bench sgemm intruder"),
+        ledger.Hold(mid, mid + 1, 2, "exclusive", "GPU-other", "bench sgemm elsewhere"),
+    ]
+    found = ledger.conflicts(holds + extra)
+    assert [(a.job, b.job) for a, b in found] == [
+        ("bench sgemm 05_blocktiling_2d", "bench sgemm intruder")
+    ]
+    side = [
+        ledger.Hold(1, 3, 1, "shared", "G", "sanitize s"),
+        ledger.Hold(2, 4, 2, "shared", "G", "bench s v"),
+    ]
+    assert ledger.conflicts(side) == []
+    assert (
+        len(ledger.conflicts([*side, ledger.Hold(3.5, 5, 3, "exclusive", "G", "bench s w")])) == 1
+    )
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_the_ledger_verb_checks_a_run(tmp_path, broken, capsys):
+    from kernelbook.cli import main
+
+    p = tmp_path / "l.tsv"
+    text = (RUN / "gpu-ledger.tsv").read_text()
+    if broken:  # a second timing on the GPU over the profile's
+        first = ledger.read(RUN / "gpu-ledger.tsv")[0]
+        prof = next(h for h in ledger.read(RUN / "gpu-ledger.tsv") if h.job == "profile sgemm")
+        line = [f"{prof.start + 1:.3f}", f"{prof.start + 2:.3f}", "9", "exclusive", first.gpu]
+        text += "\t".join([*line, "bench sgemm x"]) + "\n"
+    p.write_text(text)
+    rc = main(["ledger", str(p), "--top", "0", "--check", "--tables", str(RUN)])
+    out = capsys.readouterr().out
+    last = out.strip().splitlines()[-1]
+    if broken:
+        assert rc == 1 and "overlaps exclusive bench sgemm x" in out, out
+        assert last.startswith("kernelbook ledger --check: 1 problem(s) in 444 holds on 1 GPU(s)")
+    else:
+        assert rc == 0 and last == (
+            "kernelbook ledger --check: 0 problem(s) in 443 holds on 1 GPU(s) and 635 rows of "
+            "1 table folder(s)"
+        )

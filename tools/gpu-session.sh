@@ -21,6 +21,7 @@ read -r -d '' -a uuids <<< "$gpus"
 ngpu=${#uuids[@]}
 mkdir -p results/logs
 t0=$(date +%s)
+touch results/logs/.session-start  # the study folders this run writes are newer
 # KERNELBOOK_STUDIES (e.g. "[sgemm]") narrows the run to some studies of config/config.yaml;
 # KERNELBOOK_SESSION_TESTS=0 leaves out the GPU tests.
 # Six GPU jobs per GPU: a bench checks and sets up its sizes with the GPU's lock shared,
@@ -39,8 +40,16 @@ for target in host_timed tables; do
 done
 echo "tables${KERNELBOOK_STUDIES:+ $KERNELBOOK_STUDIES}: exit $rc, $(($(date +%s) - t0)) s wall on $ngpu GPU(s), commit $KERNELBOOK_GIT_COMMIT" \
   | tee results/logs/tables-wall.txt
-tools/offline/gpu-host.sh python3 -m kernelbook ledger results/logs/gpu-ledger.tsv --top 20 \
-  | tee results/logs/gpu-ledger.txt
+# The run's GPU time from the ledger, and its check: no hold of a GPU overlapped a timing or
+# a profile there, and every row this run wrote lies in a hold of its own job on the GPU it
+# names (exit 1 otherwise: the session's too)
+mapfile -t written < <(find results -mindepth 3 -maxdepth 3 -name measurements.parquet \
+  -newer results/logs/.session-start -printf '%h\n' | sort)
+if [ -f results/logs/gpu-ledger.tsv ]; then  # none where no GPU job ran (all up to date)
+  tools/offline/gpu-host.sh python3 -m kernelbook ledger results/logs/gpu-ledger.tsv --top 20 \
+    --check --tables "${written[@]}" > results/logs/gpu-ledger.txt || rc=1
+  cat results/logs/gpu-ledger.txt
+fi
 # KERNELBOOK_SESSION_TESTS=0: the tables only (a session whose GPU tests run apart)
 [ "${KERNELBOOK_SESSION_TESTS:-1}" = 0 ] && exit $rc
 whole='test_concurrent_jobs_land_on_distinct_gpus|test_negative_controls_caught'

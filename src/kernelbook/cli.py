@@ -315,11 +315,7 @@ def cmd_stages(args) -> int:
 def cmd_ledger(args) -> int:
     from kernelbook import ledger
 
-    if not Path(args.ledger).is_file():
-        print(f"kernelbook ledger: no ledger at {args.ledger}", file=sys.stderr)
-        return 1
-    print(ledger.report(ledger.read(args.ledger), top=args.top))
-    return 0
+    return ledger.main(args)
 
 
 def cmd_select(args) -> int:
@@ -528,6 +524,8 @@ def parser() -> argparse.ArgumentParser:
     )
     s.add_argument("ledger", help="the file $KERNELBOOK_GPU_LEDGER named during the run")
     s.add_argument("--top", type=int, default=8, help="longest holds to list")
+    s.add_argument("--check", action="store_true", help="exit 1 on overlapping holds or rows")
+    s.add_argument("--tables", nargs="*", default=[], help="with --check: study table folders")
     s.set_defaults(fn=cmd_ledger)
 
     s = sub.add_parser("select", help="autotuning: pick the best candidate per size")

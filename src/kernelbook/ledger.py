@@ -10,6 +10,13 @@ GPU's UUID and the job. Over a run's span, per GPU, the time splits into exclusi
 faster pipeline can win without touching a measurement; held time is cut by measuring less
 or with less host work inside each hold.
 
+`kernelbook ledger LEDGER --check [--tables DIR ...]` checks a run against it: no hold of a
+GPU overlaps an exclusive hold of the same GPU (a timing or a profile had its GPU alone, on
+one GPU or several), and every row of the tables named (a study's measurements, profile and
+sanitizer tables) was made on the GPU it names, inside a hold of its own job there (a
+measurement inside an exclusive one): its measured_at within the hold, its gpu_uuid the
+hold's.
+
 A run resumed on another machine (tools/restore-snapshot.py) has a ledger over several GPUs
 and hours: each GPU's span is its own (first acquisition to last release on it), and a job
 held again on a later GPU (its outputs were lost with the machine, or its inputs changed
@@ -19,6 +26,7 @@ kept holds, are what the tables' rows cost.
 
 from __future__ import annotations
 
+import sys
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,3 +160,112 @@ def report(holds: list[Hold], top: int = 8) -> str:
     for h in sorted(holds, key=lambda h: -h.seconds)[:top]:
         out.append(f"  {h.seconds:7.1f} s  {h.mode:9s}  {h.job}")
     return "\n".join(out)
+
+
+def conflicts(holds: list[Hold]) -> list[tuple[Hold, Hold]]:
+    """The pairs of holds of one GPU that overlap where either is exclusive (an exclusive hold
+    is a timing or a profile: nothing else may hold its GPU meanwhile), earlier first."""
+    by: dict[str, list[Hold]] = defaultdict(list)
+    for h in holds:
+        by[h.gpu].append(h)
+    out = []
+    for mine in by.values():
+        mine.sort(key=lambda h: (h.start, h.end))
+        for i, a in enumerate(mine):
+            for b in mine[i + 1 :]:
+                if b.start >= a.end:
+                    break  # sorted by start: no later hold reaches back into a
+                if "exclusive" in (a.mode, b.mode):
+                    out.append((a, b))
+    return out
+
+
+# what made a table's rows: the verb of its jobs, and whether the rows were made under an
+# exclusive hold (timed or profiled) or any
+ROW_JOBS = {"measurements": ("bench", True), "profile": ("profile", True),
+            "sanitizer": ("sanitize", False)}  # fmt: skip
+
+
+def homeless(holds: list[Hold], table: str, rows) -> list[str]:
+    """The rows of ``table`` (a study's measurements, profile or sanitizer table, as a
+    DataFrame) that no hold of their own job covers: a job is its verb, the row's study and,
+    where the job's label names one, the row's variant or the tuned variant it belongs to
+    (a study profile's label names none); covered means on the row's GPU (gpu_uuid) and
+    around its measured_at, and exclusive for a timed or profiled row (status ok; a skipped
+    or failed one is made while the job checks, under its shared hold). One line a job and
+    GPU with how many rows and when the first one was made."""
+    verb, exclusive = ROW_JOBS[table]
+    by_job: dict[tuple[str, str], list[Hold]] = defaultdict(list)
+    for h in holds:
+        words = h.job.split()
+        if words[:1] == [verb] and len(words) >= 2:
+            by_job[(words[1], words[2] if len(words) > 2 else "")].append(h)
+    lost: dict[str, list] = defaultdict(list)
+    for r in rows.itertuples(index=False):
+        t = r.measured_at.timestamp()
+        status = getattr(r, "status", None)
+        alone = exclusive and (status is None or status != status or status == "ok")
+        names = {str(r.variant), str(getattr(r, "tuned_from", "") or ""), ""}
+        held = [
+            h
+            for n in names
+            for h in by_job.get((r.study, n), [])
+            if h.gpu == r.gpu_uuid
+            and h.start <= t <= h.end
+            and (h.mode == "exclusive" or not alone)
+        ]
+        if not held:
+            lost[f"{table} {r.study} {r.variant} on {r.gpu_uuid}"].append((t, alone))
+    return [
+        f"{what}: {len(ts)} row(s) in no {'exclusive ' if any(a for _, a in ts) else ''}hold of "
+        f"their job on that GPU (the first made at {min(t for t, _ in ts):.3f})"
+        for what, ts in lost.items()
+    ]
+
+
+def check(holds: list[Hold], folders=()) -> tuple[list[str], int]:
+    """What a run's ledger and tables (each folder: a study's tables, as published under
+    worklogs/ or as results/ holds them) say went wrong, in words: holds that overlap an
+    exclusive one (conflicts), rows outside their jobs' holds (homeless); [] for none. And
+    how many rows were checked."""
+    import pandas as pd
+
+    out = [
+        f"{a.gpu}: {a.mode} {a.job} ({a.start:.3f}-{a.end:.3f}) overlaps {b.mode} {b.job} "
+        f"({b.start:.3f}-{b.end:.3f})"
+        for a, b in conflicts(holds)
+    ]
+    checked = 0
+    for folder in folders:
+        for table in ROW_JOBS:
+            path = Path(folder) / f"{table}.parquet"
+            if not path.is_file():
+                continue
+            rows = pd.read_parquet(path)
+            if not {"study", "variant", "gpu_uuid", "measured_at"} <= set(rows.columns):
+                continue
+            rows = rows.dropna(subset=["gpu_uuid", "measured_at"])
+            rows = rows.drop_duplicates(["variant", "gpu_uuid", "measured_at"])  # a row a metric
+            out += homeless(holds, table, rows)
+            checked += len(rows)
+    return out, checked
+
+
+def main(args) -> int:
+    """`kernelbook ledger`: the report, and with --check the check (exit 1 on a problem)."""
+    if not Path(args.ledger).is_file():
+        print(f"kernelbook ledger: no ledger at {args.ledger}", file=sys.stderr)
+        return 1
+    holds = read(args.ledger)
+    print(report(holds, top=args.top))
+    if not args.check:
+        return 0
+    problems, checked = check(holds, args.tables)
+    for p in problems:
+        print(f"  {p}")
+    gpus = len({h.gpu for h in holds})
+    print(
+        f"kernelbook ledger --check: {len(problems)} problem(s) in {len(holds)} holds on {gpus} "
+        f"GPU(s) and {checked} rows of {len(args.tables)} table folder(s)"
+    )
+    return 1 if problems else 0
