@@ -242,3 +242,13 @@ def test_the_ledger_verb_checks_a_run(tmp_path, broken, capsys):
             "kernelbook ledger --check: 0 problem(s) in 443 holds on 1 GPU(s) and 635 rows of "
             "1 table folder(s)"
         )
+
+
+def test_a_tables_folder_without_tables_is_one_error_naming_it(tmp_path, capsys):
+    from kernelbook.cli import main
+
+    rc = main(
+        ["ledger", str(RUN / "gpu-ledger.tsv"), "--check", "--tables", str(RUN), str(tmp_path)]
+    )
+    err = capsys.readouterr().err
+    assert rc == 1 and err.strip() == f"kernelbook ledger: no study tables in {tmp_path}", err

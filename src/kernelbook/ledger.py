@@ -256,6 +256,10 @@ def main(args) -> int:
     if not Path(args.ledger).is_file():
         print(f"kernelbook ledger: no ledger at {args.ledger}", file=sys.stderr)
         return 1
+    empty = [d for d in args.tables if not any(Path(d, f"{t}.parquet").is_file() for t in ROW_JOBS)]
+    if empty:
+        print(f"kernelbook ledger: no study tables in {', '.join(empty)}", file=sys.stderr)
+        return 1
     holds = read(args.ledger)
     print(report(holds, top=args.top))
     if not args.check:
