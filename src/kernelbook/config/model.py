@@ -238,7 +238,8 @@ class Study:
     def profiled_baselines(self) -> tuple[str, ...]:
         """The baselines a study profile runs beside the variants: the primary, then each
         other one a target is held against (``pct_of_<name>``), in the targets' order."""
-        named = [str(t.get("metric", ""))[len("pct_of_") :] for t in self.targets]
+        metrics = [str(t.get("metric", "")) for t in self.targets]
+        named = [m[len("pct_of_") :] for m in metrics if m.startswith("pct_of_")]
         return (self.baseline, *(n for n in dict.fromkeys(named) if n in self.extra_baselines))
 
     def expects(self) -> dict[str, str | None]:
