@@ -359,6 +359,21 @@ def numpy_as_cupy(monkeypatch):
     return np
 
 
+@pytest.fixture
+def cpu_torch(monkeypatch, numpy_as_cupy):
+    """The baselines' own code on PyTorch's CPU kernels: the tensor factories' device='cuda'
+    dropped, no syncs; NumPy stands in for CuPy."""
+    torch = pytest.importorskip("torch")
+
+    def on_host(factory):
+        return lambda *a, device=None, **kw: factory(*a, **kw)
+
+    for name in ("as_tensor", "tensor", "empty", "zeros", "ones", "full", "arange"):
+        monkeypatch.setattr(torch, name, on_host(getattr(torch, name)))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **kw: None)
+    return torch
+
+
 # The timing of the GPU tests that check values and a table's columns, not times: a size's
 # measurement stops once 10 ms have passed and every median is known to 5 % (the book's
 # 0.5 % can keep a noisy microsecond kernel sampling until max_time_s), at 0.5 s at most.

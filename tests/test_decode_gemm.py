@@ -19,8 +19,7 @@ from cuda_emu import emu_build, emu_workdir
 
 from kernelbook import config as cfg
 from kernelbook import gpu, problems
-from kernelbook.problems.base import Case, GuardedArray, NonFinite
-from kernelbook.problems.softmax import BF16_NAN, bf16_bits, bf16_values
+from kernelbook.problems.base import NonFinite
 
 ARCH = "sm_90"
 FLAGS = ["-O3", "-lineinfo"]
@@ -348,22 +347,10 @@ def _emulate(emu_dir, vid, sizes, launches=None):
     exe = _emu_exe(emu_dir, vid)
     M, N, K = sizes["M"], sizes["N"], sizes["K"]
     rng = np.random.default_rng(M * 7919 + N * 31 + K)
-    x = bf16_bits(np, rng.standard_normal((M, K)).astype(np.float32))
-    W = bf16_bits(np, rng.standard_normal((N, K)).astype(np.float32))
-    y = GuardedArray(np, M * N, np.uint16, GUARD)
-    y.view[:] = BF16_NAN
-    ref = bf16_values(np, x).astype(np.float64) @ bf16_values(np, W).astype(np.float64).T
-    case = Case(
-        sizes=dict(sizes),
-        dtype="bfloat16",
-        seed=0,
-        inputs={"A": x, "B": W},
-        outputs={"C": y},
-        initial={"C": BF16_NAN},
-        reference={"C": ref.ravel()},
-        args=(),
-        input_copies={"A": x.copy(), "B": W.copy()},
-    )
+    xf = rng.standard_normal((M, K)).astype(np.float32)
+    wf = rng.standard_normal((N, K)).astype(np.float32)
+    case = problems.get("hgemm").build_case(np, sizes, "bfloat16", 0, xf, wf, guard=GUARD)
+    x, W, y = case.inputs["A"], case.inputs["B"], case.outputs["C"]
     for name, a in (("x", x), ("W", W), ("y", y.full)):
         (emu_dir / f"{vid}-{name}.bin").write_bytes(a.tobytes())
     launches = launches or v.launches(sizes, sm_count=cfg.NOMINAL_SM_COUNT)

@@ -31,7 +31,8 @@ from kernelbook.problems.base import (
     OutOfBounds,
     WrongResult,
 )
-from kernelbook.problems.softmax import BF16_NAN, bf16_bits, bf16_values, softmax64
+from kernelbook.problems.bf16 import BF16_NAN, bf16_bits, bf16_values
+from kernelbook.problems.softmax import softmax64
 
 STUDIES = ("transpose", "softmax", "softmax_bf16")
 ARCH = "sm_90"
@@ -315,17 +316,6 @@ def test_softmax_bf16_guard_band(numpy_as_cupy):
     case.outputs["y"].full[0] = 0  # one bf16 element before y
     with pytest.raises(OutOfBounds, match="1 element.* before it and 0 after it"):
         s.check(case, 1e-2, "w")
-
-
-@pytest.fixture
-def cpu_torch(monkeypatch, numpy_as_cupy):
-    """The baselines' own code on PyTorch's CPU kernels: device='cuda' dropped, no syncs."""
-    torch = pytest.importorskip("torch")
-    as_tensor, empty = torch.as_tensor, torch.empty
-    monkeypatch.setattr(torch, "as_tensor", lambda data, device=None, **kw: as_tensor(data, **kw))
-    monkeypatch.setattr(torch, "empty", lambda *a, device=None, **kw: empty(*a, **kw))
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **kw: None)
-    return torch
 
 
 @pytest.mark.parametrize("computes", [None, "copy"])

@@ -20,7 +20,7 @@ from kernelbook import config as cfg
 from kernelbook import gpu, problems
 from kernelbook.problems import paged_decode as pd_
 from kernelbook.problems.base import NonFinite
-from kernelbook.problems.softmax import bf16_values
+from kernelbook.problems.bf16 import bf16_values
 
 ARCH = "sm_90"
 FLAGS = ["-O3", "-lineinfo"]

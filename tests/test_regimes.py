@@ -175,7 +175,7 @@ def test_reference_of_each_op_on_the_cpu(op):
     (_, out), (_, ref) = next(iter(case.outputs.items())), next(iter(case.reference.items()))
     assert out.view.dtype == np.uint16 and out.view.size == ref.size
     assert (out.view == 0x7FC0).all()  # poisoned with bf16 NaN
-    from kernelbook.problems.softmax import bf16_values
+    from kernelbook.problems.bf16 import bf16_values
 
     x = {k: bf16_values(np, v).astype(np.float64) for k, v in case.inputs.items()}
     if op == "scale":
@@ -518,8 +518,8 @@ def test_eager_op_on_cpu_tensors_meets_the_tolerance(op):
     bfloat16 bits, against the float64 reference: each op's shape and call are right."""
     import torch
 
+    from kernelbook.problems.bf16 import bf16_values
     from kernelbook.problems.regimes import eager
-    from kernelbook.problems.softmax import bf16_values
 
     p = problems.get("regimes")
     case = p.build_case(np, {"N": 12345}, "bfloat16", {}, 1, np.random.default_rng(2), op, 0, True)

@@ -23,8 +23,8 @@ from kernelbook import config as cfg
 from kernelbook import gpu, problems
 from kernelbook.config import ConfigError
 from kernelbook.problems import w4a16
-from kernelbook.problems.base import Case, GuardedArray, NonFinite, WrongResult
-from kernelbook.problems.softmax import BF16_NAN, bf16_bits, bf16_values
+from kernelbook.problems.base import Case, NonFinite, WrongResult
+from kernelbook.problems.bf16 import bf16_bits, bf16_values
 
 ARCH = "sm_90"
 FLAGS = ["-O3", "-lineinfo"]
@@ -424,23 +424,9 @@ def _case(sizes) -> Case:
     float64 reference (what setup builds with CuPy on a GPU)."""
     M, N, K = sizes["M"], sizes["N"], sizes["K"]
     rng = np.random.default_rng(M * 7919 + N * 31 + K)
-    x = bf16_bits(np, rng.standard_normal((M, K)).astype(np.float32))
-    Wq, S = w4a16.quantize(np, rng.standard_normal((N, K)).astype(np.float32))
-    y = GuardedArray(np, M * N, np.uint16, GUARD)
-    y.view[:] = BF16_NAN
-    w = w4a16.dequantized(np, Wq, S).reshape(N, K)
-    ref = bf16_values(np, x).astype(np.float64) @ w.T
-    return Case(
-        sizes=dict(sizes),
-        dtype="bfloat16",
-        seed=0,
-        inputs={"x": x, "Wq": Wq, "S": S},
-        outputs={"y": y},
-        initial={"y": BF16_NAN},
-        reference={"y": ref.ravel()},
-        args=(),
-        input_copies={"x": x.copy(), "Wq": Wq.copy(), "S": S.copy()},
-    )
+    xf = rng.standard_normal((M, K)).astype(np.float32)
+    wf = rng.standard_normal((N, K)).astype(np.float32)
+    return W4.build_case(np, sizes, "bfloat16", 0, xf, wf, guard=GUARD)
 
 
 def _emulate(emu_dir, v, sizes, grid=None, case=None, printed=None, name=None, launches=2):

@@ -45,12 +45,12 @@ from kernelbook.problems.base import (
     GUARD_ELEMENTS,
     Baseline,
     Case,
-    CheckResult,
     GuardedArray,
     Problem,
+    rel_err,
     size_seed,
 )
-from kernelbook.problems.softmax import BF16_NAN, bf16_bits, bf16_values, decoded_bf16
+from kernelbook.problems.bf16 import bf16_bits, bf16_values, torch_bf16
 
 REF_CHUNK_BYTES = 256 << 20  # float64 scores held at once by the reference
 
@@ -141,7 +141,7 @@ class Attention(Problem):
         B, H, S, D = (sizes[k] for k in ("B", "H", "S", "D"))
         q, k, v = (bf16_bits(xp, a) for a in qkv)
         del qkv
-        o = GuardedArray(xp, B * H * S * D, xp.uint16, guard)
+        o = GuardedArray(xp, B * H * S * D, "bfloat16", guard)
         lse = GuardedArray(xp, B * H * S, xp.float32, guard)
         outputs = {"O": o}
         if computes == "o_and_lse":
@@ -166,7 +166,6 @@ class Attention(Problem):
             seed=seed,
             inputs={"Q": q, "K": k, "V": v},
             outputs=outputs,
-            initial={"O": xp.asarray(BF16_NAN, dtype=xp.uint16)},
             reference=ref,
             args=(
                 np.int32(B),
@@ -183,12 +182,7 @@ class Attention(Problem):
             ),
         )
         case.scratch = lse  # keep L alive when it is not an output
-        case.input_copies = {n: a.copy() for n, a in case.inputs.items()}
-        case.reset()
-        return case
-
-    def check(self, case: Case, tol: float, where: str) -> CheckResult:
-        return super().check(decoded_bf16(case, ("O",)), tol, where)  # L is float32
+        return case.ready()
 
     def baseline(self, case: Case, name: str, params) -> Baseline:
         import cupy as cp
@@ -199,16 +193,10 @@ class Attention(Problem):
             "sdpa_flash": SDPBackend.FLASH_ATTENTION,
             "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
         }
-        if name not in backends:
-            raise KeyError(f"attention has no baseline '{name}'")
+        self.known_baseline(name)
         B, H, S, D = (case.sizes[k] for k in ("B", "H", "S", "D"))
         causal = bool(case.sizes["causal"])
-        q, k, v = (
-            torch.as_tensor(case.inputs[n].view(cp.int16), device="cuda")
-            .view(torch.bfloat16)
-            .view(B, H, S, D)
-            for n in ("Q", "K", "V")
-        )
+        q, k, v = (torch_bf16(case.inputs[n], B, H, S, D) for n in ("Q", "K", "V"))
         backend = backends[name]
         out = {}
 
@@ -220,14 +208,7 @@ class Attention(Problem):
 
         run()
         torch.cuda.synchronize()
-        got = bf16_values(
-            cp, cp.asarray(out.pop("O").contiguous().view(torch.int16)).view(cp.uint16)
-        )
-        got = got.ravel().astype(cp.float64)
-        ref = case.reference["O"]
-        rel = float(cp.linalg.norm(got - ref) / cp.linalg.norm(ref))
-        if not bool(cp.isfinite(got).all()):
-            rel = float("inf")
+        rel = rel_err(cp, out.pop("O"), case.reference["O"])
         mode = (
             f"torch {torch.__version__} scaled_dot_product_attention(is_causal={causal}), "
             f"sdpa_kernel({backend.name}), bfloat16"

@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernelbook.problems.bf16 import BF16_NAN, Decoded, bf16_values
+
 GUARD_ELEMENTS = 64 * 1024
 GUARD_BYTE = 0xA5  # every byte of a guard band; a kernel is vanishingly unlikely to write it
 
@@ -34,9 +36,14 @@ class InputModified(CheckError):
 
 
 class GuardedArray:
-    """A device array with guard bands before and after, to catch out-of-bounds writes."""
+    """A device array with guard bands before and after, to catch out-of-bounds writes.
+    ``dtype`` "bfloat16" makes a uint16 array of bf16 bits (``bf16``): the check decodes it
+    and a reset poisons it with bf16 NaN (kernelbook.problems.bf16)."""
 
     def __init__(self, xp, n: int, dtype, guard: int = GUARD_ELEMENTS):
+        self.bf16 = isinstance(dtype, str) and dtype == "bfloat16"
+        if self.bf16:
+            dtype = xp.uint16
         self.guard = guard
         self.full = xp.empty(n + 2 * guard, dtype=dtype)
         self.view = self.full[guard : guard + n]
@@ -68,17 +75,28 @@ class Case:
     seed: int
     inputs: dict[str, Any]
     outputs: dict[str, GuardedArray]
-    initial: dict[str, Any]  # values the outputs hold before a launch (gemm reads C)
     reference: dict[str, Any]  # float64
     args: tuple
+    # values the outputs hold before a launch (gemm reads C); the others are poisoned: NaN
+    initial: dict[str, Any] = field(default_factory=dict)
     input_copies: dict[str, Any] = field(default_factory=dict)
 
     def reset(self) -> None:
+        """Every output back to its initial value, or to NaN (bf16 NaN for bf16 bits)."""
         for name, g in self.outputs.items():
             if name in self.initial:
                 g.view[...] = self.initial[name]
+            elif getattr(g, "bf16", False):
+                g.view.fill(BF16_NAN)
             else:
                 g.view.fill(float("nan"))
+
+    def ready(self) -> Case:
+        """The case as a launch finds it: a copy of every input (the check holds each input
+        against its copy) and the outputs reset. A problem's setup ends with it."""
+        self.input_copies = {name: a.copy() for name, a in self.inputs.items()}
+        self.reset()
+        return self
 
 
 @dataclass(frozen=True)
@@ -99,6 +117,24 @@ def size_seed(seed: int, sizes: dict[str, int]) -> int:
     """A seed per (run seed, size), so every size gets its own reproducible inputs."""
     text = f"{seed}:" + ",".join(f"{k}={v}" for k, v in sizes.items())
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") >> 1
+
+
+def rel_err(xp, out, ref) -> float:
+    """Norm-wise relative error of a baseline's output ``out`` (a torch tensor: bfloat16, or
+    any type NumPy reads) against the flat float64 reference ``ref``; inf where any element
+    is not finite or the reference is all zeros."""
+    import torch
+
+    out = out.contiguous()
+    if out.dtype == torch.bfloat16:
+        got = bf16_values(xp, xp.asarray(out.view(torch.int16)).view(xp.uint16))
+    else:
+        got = xp.asarray(out)
+    got = got.ravel().astype(xp.float64)
+    norm = float(xp.linalg.norm(ref))
+    if not bool(xp.isfinite(got).all()) or not norm:
+        return float("inf")
+    return float(xp.linalg.norm(got - ref)) / norm
 
 
 class Problem:
@@ -205,10 +241,21 @@ class Problem:
     def baseline(self, case: Case, name: str, params) -> Baseline:
         raise NotImplementedError
 
+    def known_baseline(self, name: str) -> None:
+        """A KeyError naming the problem unless ``name`` is one of its baselines."""
+        if name not in self.baselines:
+            raise KeyError(
+                f"{self.name} has no baseline '{name}' (baselines: {', '.join(self.baselines)})"
+            )
+
     def check(self, case: Case, tol: float, where: str) -> CheckResult:
-        """Check a case's outputs after one launch; raise a CheckError naming ``where``."""
+        """Check a case's outputs after one launch (bf16 outputs decoded to their values);
+        raise a CheckError naming ``where``."""
         import cupy as cp
 
+        outputs = {
+            n: Decoded(cp, g) if getattr(g, "bf16", False) else g for n, g in case.outputs.items()
+        }
         for name, data in case.inputs.items():
             if not bool(cp.array_equal(data, case.input_copies[name])):
                 changed = int((data != case.input_copies[name]).sum())
@@ -216,7 +263,7 @@ class Problem:
                     f"{where}: the kernel wrote {changed} element(s) of input {name}"
                 )
         result = None
-        for name, g in case.outputs.items():
+        for name, g in outputs.items():
             before, after = g.violations()
             if before or after:
                 raise OutOfBounds(
@@ -256,3 +303,31 @@ class Problem:
                 else CheckResult(max(rel, result.rel_err), max(max_err, result.max_err))
             )
         return result
+
+
+class XWProblem(Problem):
+    """A problem of x (M x K) against a weight matrix W (N x K) held row-major: a GEMM with
+    B given transposed, a decode GEMV, a quantized one. Its setup draws x then W as float32
+    standard normals from the size's own seed and hands them to ``build_case``, which makes
+    the case in array module ``xp`` (CuPy on the device, NumPy in the CPU tests)."""
+
+    size_names = ("M", "N", "K")
+
+    def setup(
+        self, sizes, dtype, params, seed, guard=GUARD_ELEMENTS, reference=True, computes=None
+    ) -> Case:
+        import cupy as cp
+
+        why = self.size_error(sizes)
+        if why:
+            raise ValueError(f"{self.name} at {self.label(sizes)}: {why}")
+        M, N, K = sizes["M"], sizes["N"], sizes["K"]
+        rng = cp.random.Generator(cp.random.XORWOW(size_seed(seed, sizes)))
+        xf = rng.standard_normal((M, K), dtype=cp.float32)
+        wf = rng.standard_normal((N, K), dtype=cp.float32)
+        return self.build_case(cp, sizes, dtype, seed, xf, wf, guard, reference, computes)
+
+    def build_case(
+        self, xp, sizes, dtype, seed, xf, wf, guard=GUARD_ELEMENTS, reference=True, computes=None
+    ) -> Case:
+        raise NotImplementedError

@@ -19,6 +19,7 @@ from kernelbook.problems.base import (
     Case,
     GuardedArray,
     Problem,
+    rel_err,
     size_seed,
 )
 
@@ -50,19 +51,29 @@ class Gemm(Problem):
         self, sizes, dtype, params, seed, guard=GUARD_ELEMENTS, reference=True, computes=None
     ) -> Case:
         import cupy as cp
-        import numpy as np
 
         M, N, K = sizes["M"], sizes["N"], sizes["K"]
         rng = cp.random.Generator(cp.random.XORWOW(size_seed(seed, sizes)))
         A = rng.standard_normal((M, K), dtype=cp.float32)
         B = rng.standard_normal((K, N), dtype=cp.float32)
         C0 = rng.standard_normal((M, N), dtype=cp.float32)
-        C = GuardedArray(cp, M * N, cp.float32, guard)
+        return self.build_case(cp, sizes, dtype, params, seed, A, B, C0, guard, reference)
+
+    def build_case(
+        self, xp, sizes, dtype, params, seed, A, B, C0, guard=GUARD_ELEMENTS, reference=True
+    ) -> Case:
+        """The case C = alpha A B + beta C0 around float32 ``A`` (M x K), ``B`` (K x N) and
+        ``C0`` (M x N, C's value before each launch) in array module ``xp``: CuPy on the
+        device, NumPy where the CPU tests run it."""
+        import numpy as np
+
+        M, N, K = sizes["M"], sizes["N"], sizes["K"]
+        C = GuardedArray(xp, M * N, xp.float32, guard)
         alpha, beta = float(params["alpha"]), float(params["beta"])
         ref = None
         if reference:
-            ref = alpha * (A.astype(cp.float64) @ B.astype(cp.float64)) + beta * C0.astype(
-                cp.float64
+            ref = alpha * (A.astype(xp.float64) @ B.astype(xp.float64)) + beta * C0.astype(
+                xp.float64
             )
         case = Case(
             sizes=dict(sizes),
@@ -83,16 +94,13 @@ class Gemm(Problem):
                 C.view,
             ),
         )
-        case.input_copies = {"A": A.copy(), "B": B.copy()}
-        case.reset()
-        return case
+        return case.ready()
 
     def baseline(self, case: Case, name: str, params) -> Baseline:
         import cupy as cp
         import torch
 
-        if name != "cublas":
-            raise KeyError(f"gemm has no baseline '{name}'")
+        self.known_baseline(name)
         torch.backends.cuda.matmul.allow_tf32 = False
         if hasattr(torch.backends.cuda.matmul, "fp32_precision"):
             torch.backends.cuda.matmul.fp32_precision = "ieee"
@@ -108,9 +116,7 @@ class Gemm(Problem):
 
         run()
         torch.cuda.synchronize()
-        out = cp.asarray(C).ravel().astype(cp.float64)
-        ref = case.reference["C"]
-        rel = float(cp.linalg.norm(out - ref) / cp.linalg.norm(ref))
+        rel = rel_err(cp, C, case.reference["C"])
         tf32 = torch.backends.cuda.matmul.allow_tf32
         mode = (
             f"cuBLAS via torch {torch.__version__} addmm_, float32, TF32 {'on' if tf32 else 'off'}"

@@ -31,19 +31,17 @@ from kernelbook.problems.base import (
     GUARD_ELEMENTS,
     Baseline,
     Case,
-    CheckResult,
     GuardedArray,
-    Problem,
-    size_seed,
+    XWProblem,
+    rel_err,
 )
-from kernelbook.problems.softmax import BF16_NAN, bf16_bits, bf16_values, decoded_bf16
+from kernelbook.problems.bf16 import bf16_bits, bf16_values, torch_bf16
 
 TOLERANCE = 1e-2
 
 
-class Hgemm(Problem):
+class Hgemm(XWProblem):
     name = "hgemm"
-    size_names = ("M", "N", "K")
     dtypes = ("bfloat16",)
     baselines = {"cublas": "cuBLAS BF16 GEMM through torch.matmul(A, B.t(), out=C)"}
     default_params = {}
@@ -68,10 +66,11 @@ class Hgemm(Problem):
     def kernel_arg_types(self, dtype: str) -> tuple[str, ...]:
         return ("i32", "i32", "i32", "*bf16", "*bf16", "*bf16")  # M, N, K, A, B, C
 
-    def setup(
-        self, sizes, dtype, params, seed, guard=GUARD_ELEMENTS, reference=True, computes=None
+    def build_case(
+        self, xp, sizes, dtype, seed, xf, wf, guard=GUARD_ELEMENTS, reference=True, computes=None
     ) -> Case:
-        import cupy as cp
+        """The case around float32 values ``xf`` (A: M x K) and ``wf`` (B: N x K), rounded to bf16,
+        in array module ``xp``: CuPy on the device, NumPy where the CPU tests run it."""
         import numpy as np
 
         if computes is not None:
@@ -79,14 +78,12 @@ class Hgemm(Problem):
         if dtype != "bfloat16":
             raise KeyError(f"hgemm has no dtype '{dtype}'")
         M, N, K = sizes["M"], sizes["N"], sizes["K"]
-        rng = cp.random.Generator(cp.random.XORWOW(size_seed(seed, sizes)))
-        A = bf16_bits(cp, rng.standard_normal((M, K), dtype=cp.float32))
-        B = bf16_bits(cp, rng.standard_normal((N, K), dtype=cp.float32))
-        C = GuardedArray(cp, M * N, cp.uint16, guard)
+        A, B = bf16_bits(xp, xf), bf16_bits(xp, wf)
+        C = GuardedArray(xp, M * N, "bfloat16", guard)
         ref = {}
         if reference:
-            a = bf16_values(cp, A).astype(cp.float64)
-            b = bf16_values(cp, B).astype(cp.float64)
+            a = bf16_values(xp, A).astype(xp.float64)
+            b = bf16_values(xp, B).astype(xp.float64)
             ref = {"C": (a @ b.T).ravel()}
             del a, b
         case = Case(
@@ -95,34 +92,19 @@ class Hgemm(Problem):
             seed=seed,
             inputs={"A": A, "B": B},
             outputs={"C": C},
-            initial={"C": cp.asarray(BF16_NAN, dtype=cp.uint16)},  # 0-d: broadcast on reset
             reference=ref,
             args=(np.int32(M), np.int32(N), np.int32(K), A, B, C.view),
         )
-        case.input_copies = {"A": A.copy(), "B": B.copy()}
-        case.reset()
-        return case
-
-    def check(self, case: Case, tol: float, where: str) -> CheckResult:
-        return super().check(decoded_bf16(case), tol, where)
+        return case.ready()
 
     def baseline(self, case: Case, name: str, params) -> Baseline:
         import cupy as cp
         import torch
 
-        if name != "cublas":
-            raise KeyError(f"hgemm has no baseline '{name}'")
+        self.known_baseline(name)
         M, N, K = case.sizes["M"], case.sizes["N"], case.sizes["K"]
-
-        def bf16(x, rows, cols):
-            return (
-                torch.as_tensor(x.view(cp.int16), device="cuda")
-                .view(torch.bfloat16)
-                .view(rows, cols)
-            )
-
-        A = bf16(case.inputs["A"], M, K)
-        B = bf16(case.inputs["B"], N, K)
+        A = torch_bf16(case.inputs["A"], M, K)
+        B = torch_bf16(case.inputs["B"], N, K)
         C = torch.empty((M, N), dtype=torch.bfloat16, device="cuda")
         Bt = B.t()
 
@@ -132,12 +114,7 @@ class Hgemm(Problem):
         C.fill_(float("nan"))
         run()
         torch.cuda.synchronize()
-        got = bf16_values(cp, cp.asarray(C.view(torch.int16)).view(cp.uint16))
-        got = got.ravel().astype(cp.float64)
-        ref = case.reference["C"]
-        rel = float(cp.linalg.norm(got - ref) / cp.linalg.norm(ref))
-        if not bool(cp.isfinite(got).all()):
-            rel = float("inf")
+        rel = rel_err(cp, C, case.reference["C"])
         red = torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction
         mode = (
             f"cuBLAS via torch {torch.__version__} matmul(A, B.t(), out=C), bf16 in/out, "

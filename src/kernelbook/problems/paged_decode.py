@@ -34,18 +34,12 @@ from kernelbook.problems.base import (
     GUARD_ELEMENTS,
     Baseline,
     Case,
-    CheckResult,
     GuardedArray,
     Problem,
+    rel_err,
     size_seed,
 )
-from kernelbook.problems.softmax import (
-    BF16_NAN,
-    bf16_bits,
-    bf16_rel_err,
-    bf16_values,
-    decoded_bf16,
-)
+from kernelbook.problems.bf16 import bf16_bits, bf16_values, torch_bf16
 
 HQ, HKV, D, P = 32, 8, 128, 16
 TOLERANCE = 1e-2
@@ -145,7 +139,7 @@ class PagedDecode(Problem):
         q = bf16_bits(xp, normal(B * HQ * D))
         kc = bf16_bits(xp, normal(total * P * HKV * D))
         vc = bf16_bits(xp, normal(total * P * HKV * D))
-        o = GuardedArray(xp, B * HQ * D, xp.uint16, guard)
+        o = GuardedArray(xp, B * HQ * D, "bfloat16", guard)
         ref = {}
         if reference:
             qv = bf16_values(xp, q).astype(xp.float64).reshape(B, HQ, D)
@@ -168,35 +162,24 @@ class PagedDecode(Problem):
             seed=seed,
             inputs={"lens": lens_d, "table": table_d, "Q": q, "K": kc, "V": vc},
             outputs={"O": o},
-            initial={"O": xp.asarray(BF16_NAN, dtype=xp.uint16)},
             reference=ref,
             args=(
                 *(np.int32(B), np.int32(L), np.int32(max_pages)),
                 *(lens_d, table_d, q, kc, vc, o.view),
             ),
         )
-        case.input_copies = {n: a.copy() for n, a in case.inputs.items()}
-        case.reset()
-        return case
-
-    def check(self, case: Case, tol: float, where: str) -> CheckResult:
-        return super().check(decoded_bf16(case), tol, where)
+        return case.ready()
 
     def baseline(self, case: Case, name: str, params) -> Baseline:
         import cupy as cp
         import torch
 
-        if name not in self.baselines:
-            raise KeyError(f"paged_decode has no baseline '{name}'")
+        self.known_baseline(name)
         B, L = case.sizes["B"], case.sizes["L"]
         lens = lengths(B, L)
-
-        def bf16(a, *shape):
-            return torch.as_tensor(a.view(cp.int16), device="cuda").view(torch.bfloat16).view(shape)
-
-        q = bf16(case.inputs["Q"], B, HQ, 1, D)
-        pool_k = bf16(case.inputs["K"], -1, P, HKV, D)
-        pool_v = bf16(case.inputs["V"], -1, P, HKV, D)
+        q = torch_bf16(case.inputs["Q"], B, HQ, 1, D)
+        pool_k = torch_bf16(case.inputs["K"], -1, P, HKV, D)
+        pool_v = torch_bf16(case.inputs["V"], -1, P, HKV, D)
         table = torch.as_tensor(case.inputs["table"], device="cuda").long()
         mp = table.shape[1]
         # gathered once: [B, max_pages * P, HKV, D] -> [B, HKV, L, D]; pages past a sequence's
@@ -215,7 +198,7 @@ class PagedDecode(Problem):
 
         run()
         torch.cuda.synchronize()
-        rel = bf16_rel_err(cp, out.pop("O"), case.reference["O"])
+        rel = rel_err(cp, out.pop("O"), case.reference["O"])
         mode = (
             f"torch {torch.__version__} scaled_dot_product_attention(attn_mask, enable_gqa=True), "
             "bfloat16, over K and V gathered from the pages once, before timing"

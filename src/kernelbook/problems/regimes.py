@@ -47,12 +47,12 @@ from kernelbook.problems.base import (
     GUARD_ELEMENTS,
     Baseline,
     Case,
-    CheckResult,
     GuardedArray,
     Problem,
+    rel_err,
     size_seed,
 )
-from kernelbook.problems.softmax import BF16_NAN, bf16_bits, bf16_values, decoded_bf16
+from kernelbook.problems.bf16 import bf16_bits, bf16_values, torch_bf16
 
 OPS = ("scale", "chain", "sum", "matmul", "layernorm")
 ITEMSIZE = 2  # bfloat16
@@ -189,34 +189,27 @@ class Regimes(Problem):
                 ref = (v - mean) / xp.sqrt(var + LN_EPS) * f64(inputs["w"]) + f64(inputs["b"])
                 ref = ref.ravel()
         out_name = "C" if op == "matmul" else "y"
-        y = GuardedArray(xp, out_n, xp.uint16, guard)
+        y = GuardedArray(xp, out_n, "bfloat16", guard)
         case = OpCase(
             sizes=dict(sizes),
             dtype=dtype,
             seed=seed,
             inputs=inputs,
             outputs={out_name: y},
-            initial={out_name: xp.asarray(BF16_NAN, dtype=xp.uint16)},
             reference={out_name: ref} if reference else {},
             args=(*inputs.values(), y.view),
             op=op,
             shape=shape,
         )
-        case.input_copies = {k: a.copy() for k, a in inputs.items()}
-        case.reset()
-        return case
-
-    def check(self, case: Case, tol: float, where: str) -> CheckResult:
-        return super().check(decoded_bf16(case), tol, where)
+        return case.ready()
 
     def baseline(self, case: Case, name: str, params) -> Baseline:
         import cupy as cp
         import torch
 
-        if name != "eager":
-            raise KeyError(f"regimes has no baseline '{name}'")
+        self.known_baseline(name)
         op = getattr(case, "op", "scale")
-        t = {k: bf16_tensor(a) for k, a in case.inputs.items()}
+        t = {k: torch_bf16(a) for k, a in case.inputs.items()}
         out_name = next(iter(case.outputs))
         n_out = case.outputs[out_name].view.size
         y = torch.empty(n_out, dtype=torch.bfloat16, device="cuda")
@@ -224,29 +217,9 @@ class Regimes(Problem):
         y.fill_(float("nan"))
         run()
         torch.cuda.synchronize()
-        got = bf16_values(cp, cp.asarray(y.view(torch.int16)).view(cp.uint16)).astype(cp.float64)
-        ref = case.reference[out_name]
-        norm = float(cp.linalg.norm(ref))
-        rel = float(cp.linalg.norm(got - ref)) / norm if norm else float("inf")
-        if not bool(cp.isfinite(got).all()):
-            rel = float("inf")
+        rel = rel_err(cp, y, case.reference[out_name])
         mode = f"torch {torch.__version__} eager {op}, bfloat16 (float32 math inside)"
         return Baseline(name=name, mode=mode, run=run, rel_err=rel)
-
-
-def bf16_tensor(array):
-    """A CuPy uint16 (bf16 bits) array or a torch tensor, as a bfloat16 torch tensor (no copy)."""
-    import torch
-
-    if not isinstance(array, torch.Tensor):
-        # through int16: torch reads a uint16 __cuda_array_interface__ only in newer versions
-        array = torch.as_tensor(array.view("int16"), device="cuda")
-    t = array
-    if t.dtype == torch.bfloat16:
-        return t
-    if t.dtype == torch.uint16:
-        t = t.view(torch.int16)
-    return t.view(torch.bfloat16)
 
 
 def eager(op: str, t: dict, y, shape, params) -> callable:
@@ -309,6 +282,6 @@ def torch_operands(case, op: str):
         shape = layernorm_shape(N, params["hidden"])
     else:
         shape = (N,)
-    t = {k: bf16_tensor(a) for k, a in case.inputs.items()}
-    y = bf16_tensor(next(iter(case.outputs.values()))).reshape(-1)
+    t = {k: torch_bf16(a) for k, a in case.inputs.items()}
+    y = torch_bf16(next(iter(case.outputs.values()))).reshape(-1)
     return t, y, shape

@@ -19,45 +19,20 @@ a zero-copy int16 -> bfloat16 view.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 from kernelbook.problems.base import (
     GUARD_ELEMENTS,
     Baseline,
     Case,
-    CheckResult,
     GuardedArray,
     Problem,
+    rel_err,
     size_seed,
 )
+from kernelbook.problems.bf16 import bf16_bits, bf16_values, torch_bf16
 
 ITEMSIZE = {"float32": 4, "bfloat16": 2}
-BF16_NAN = 0x7FC0
-
-
-def bf16_bits(xp, values):
-    """float32 array -> uint16 bf16 bits, rounded to nearest even (finite inputs)."""
-    b = xp.ascontiguousarray(values, dtype=xp.float32).view(xp.uint32)
-    b = (b + (((b >> 16) & 1) + 0x7FFF)) >> 16
-    return b.astype(xp.uint16)
-
-
-def bf16_values(xp, bits):
-    """uint16 bf16 bits -> float32 values (exact)."""
-    return (xp.ascontiguousarray(bits).astype(xp.uint32) << 16).view(xp.float32)
-
-
-def bf16_rel_err(cp, out, ref) -> float:
-    """Norm-wise relative error of a bf16 torch tensor ``out`` (a baseline's output)
-    against the flat float64 reference ``ref``; inf where any element is not finite."""
-    import torch
-
-    bits = cp.asarray(out.contiguous().view(torch.int16)).view(cp.uint16)
-    got = bf16_values(cp, bits).ravel().astype(cp.float64)
-    if not bool(cp.isfinite(got).all()):
-        return float("inf")
-    return float(cp.linalg.norm(got - ref) / cp.linalg.norm(ref))
 
 
 def softmax64(xp, values):
@@ -67,29 +42,6 @@ def softmax64(xp, values):
     xp.exp(z, out=z)
     z /= z.sum(axis=1, keepdims=True)
     return z.ravel()
-
-
-class _Decoded:
-    """A bf16 GuardedArray seen as float32 values, for the generic check."""
-
-    def __init__(self, xp, g: GuardedArray):
-        self._g = g
-        self.guard = g.guard
-        self.view = bf16_values(xp, g.view)
-
-    def violations(self) -> tuple[int, int]:
-        return self._g.violations()
-
-
-def decoded_bf16(case: Case, names=None) -> Case:
-    """``case`` with its bf16 outputs (all, or those ``names``) seen as float32 values, for
-    the generic check (Problem.check)."""
-    import cupy as cp
-
-    outputs = {
-        n: _Decoded(cp, g) if names is None or n in names else g for n, g in case.outputs.items()
-    }
-    return dataclasses.replace(case, outputs=outputs)
 
 
 class Softmax(Problem):
@@ -150,13 +102,10 @@ class Softmax(Problem):
         if dtype == "bfloat16":
             x = bf16_bits(xp, xf)
             del xf
-            y = GuardedArray(xp, R * N, xp.uint16, guard)
-            initial = {"y": xp.asarray(BF16_NAN, dtype=xp.uint16)}  # 0-d: broadcast on reset
             values = bf16_values(xp, x)
         else:
             x = values = xf
-            y = GuardedArray(xp, R * N, xp.float32, guard)
-            initial = {}  # reset fills NaN
+        y = GuardedArray(xp, R * N, dtype, guard)  # poisoned before each launch: NaN
         ref = {"y": softmax64(xp, values)} if reference else {}
         del values
         case = Case(
@@ -165,32 +114,22 @@ class Softmax(Problem):
             seed=seed,
             inputs={"x": x},
             outputs={"y": y},
-            initial=initial,
             reference=ref,
             args=(np.int32(R), np.int32(N), x, y.view),
         )
-        case.input_copies = {"x": x.copy()}
-        case.reset()
-        return case
-
-    def check(self, case: Case, tol: float, where: str) -> CheckResult:
-        if case.dtype != "bfloat16":
-            return super().check(case, tol, where)
-        return super().check(decoded_bf16(case), tol, where)
+        return case.ready()
 
     def baseline(self, case: Case, name: str, params) -> Baseline:
         import cupy as cp
         import torch
 
-        if name != "torch":
-            raise KeyError(f"softmax has no baseline '{name}'")
+        self.known_baseline(name)
         R, N = case.sizes["R"], case.sizes["N"]
         x = case.inputs["x"]
         if case.dtype == "bfloat16":
-            xt = torch.as_tensor(x.view(cp.int16), device="cuda").view(torch.bfloat16)
+            xt = torch_bf16(x, R, N)
         else:
-            xt = torch.as_tensor(x, device="cuda")
-        xt = xt.view(R, N)
+            xt = torch.as_tensor(x, device="cuda").view(R, N)
         y = torch.empty_like(xt)
 
         def run():
@@ -199,14 +138,6 @@ class Softmax(Problem):
         y.fill_(float("nan"))
         run()
         torch.cuda.synchronize()
-        if case.dtype == "bfloat16":
-            got = bf16_values(cp, cp.asarray(y.view(torch.int16)).view(cp.uint16))
-        else:
-            got = cp.asarray(y)
-        got = got.ravel().astype(cp.float64)
-        ref = case.reference["y"]
-        rel = float(cp.linalg.norm(got - ref) / cp.linalg.norm(ref))
-        if not bool(cp.isfinite(got).all()):
-            rel = float("inf")
+        rel = rel_err(cp, y, case.reference["y"])
         mode = f"torch {torch.__version__} torch.softmax(x, dim=-1, out=y), {case.dtype}"
         return Baseline(name=name, mode=mode, run=run, rel_err=rel)

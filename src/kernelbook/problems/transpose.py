@@ -86,20 +86,16 @@ class Transpose(Problem):
             seed=seed,
             inputs={"x": x},
             outputs={"out": out},
-            initial={},
             reference=ref,
             args=(np.int32(M), np.int32(N), x, out.view),
         )
-        case.input_copies = {"x": x.copy()}
-        case.reset()
-        return case
+        return case.ready()
 
     def baseline(self, case: Case, name: str, params) -> Baseline:
         import cupy as cp
         import torch
 
-        if name != "torch":
-            raise KeyError(f"transpose has no baseline '{name}'")
+        self.known_baseline(name)
         M, N = case.sizes["M"], case.sizes["N"]
         x = torch.as_tensor(case.inputs["x"], device="cuda")
         out = torch.empty((N, M), dtype=torch.float32, device="cuda")

@@ -50,18 +50,11 @@ from kernelbook.problems.base import (
     GUARD_ELEMENTS,
     Baseline,
     Case,
-    CheckResult,
     GuardedArray,
-    Problem,
-    size_seed,
+    XWProblem,
+    rel_err,
 )
-from kernelbook.problems.softmax import (
-    BF16_NAN,
-    bf16_bits,
-    bf16_rel_err,
-    bf16_values,
-    decoded_bf16,
-)
+from kernelbook.problems.bf16 import bf16_bits, bf16_values, torch_bf16
 
 GROUP = 128  # weights per scale, along K
 ZERO = 8  # q - ZERO is the signed weight
@@ -133,9 +126,8 @@ def dequantized(xp, Wq, S):
     return (q - ZERO).reshape(N, K // GROUP, GROUP) * s[:, :, None]
 
 
-class W4A16(Problem):
+class W4A16(XWProblem):
     name = "w4a16"
-    size_names = ("M", "N", "K")
     dtypes = ("bfloat16",)
     baselines = {
         "dequant_matmul": "torch: W dequantized to bf16 every call, then cuBLAS BF16 "
@@ -178,33 +170,32 @@ class W4A16(Problem):
         return ("i32", "i32", "i32", "*bf16", "*u32", "*bf16", "*bf16")
 
     # ---- device side -----------------------------------------------------------------
-    def setup(
-        self, sizes, dtype, params, seed, guard=GUARD_ELEMENTS, reference=True, computes=None
+
+    def build_case(
+        self, xp, sizes, dtype, seed, xf, wf, guard=GUARD_ELEMENTS, reference=True, computes=None
     ) -> Case:
-        import cupy as cp
+        """The case around float32 values ``xf`` (M x K, rounded to bf16) and ``wf`` (N x K,
+        quantized) in array module ``xp``: CuPy on the device, NumPy where the CPU tests run
+        it."""
         import numpy as np
 
         if computes is not None and computes not in self.alternatives:
             raise KeyError(f"w4a16 has no alternative '{computes}'")
         if dtype != "bfloat16":
             raise KeyError(f"w4a16 has no dtype '{dtype}'")
-        why = self.size_error(sizes)
-        if why:
-            raise ValueError(f"w4a16 at {self.label(sizes)}: {why}")
         M, N, K = sizes["M"], sizes["N"], sizes["K"]
-        rng = cp.random.Generator(cp.random.XORWOW(size_seed(seed, sizes)))
-        x = bf16_bits(cp, rng.standard_normal((M, K), dtype=cp.float32))
-        Wq, S = quantize(cp, rng.standard_normal((N, K), dtype=cp.float32))
-        y = GuardedArray(cp, M * N, cp.uint16, guard)
+        x = bf16_bits(xp, xf)
+        Wq, S = quantize(xp, wf)
+        y = GuardedArray(xp, M * N, "bfloat16", guard)
         ref = {}
         if reference:
-            w = dequantized(cp, Wq, S).reshape(N, K)
-            ref = {"y": (bf16_values(cp, x).astype(cp.float64) @ w.T).ravel()}
+            w = dequantized(xp, Wq, S).reshape(N, K)
+            ref = {"y": (bf16_values(xp, x).astype(xp.float64) @ w.T).ravel()}
             del w
         inputs = {"x": x, "Wq": Wq, "S": S}
         w, sc = Wq, S  # what the kernel reads
         if computes in ("tiled", "tiled_pairs"):
-            w, sc = tile_pack(cp, Wq, S, pairs=computes == "tiled_pairs")
+            w, sc = tile_pack(xp, Wq, S, pairs=computes == "tiled_pairs")
             inputs.update(Wt=w, St=sc)
         case = Case(
             sizes=dict(sizes),
@@ -212,29 +203,20 @@ class W4A16(Problem):
             seed=seed,
             inputs=inputs,
             outputs={"y": y},
-            initial={"y": cp.asarray(BF16_NAN, dtype=cp.uint16)},
             reference=ref,
             args=(np.int32(M), np.int32(N), np.int32(K), x, w, sc, y.view),
         )
-        case.input_copies = {k: v.copy() for k, v in inputs.items()}
-        case.reset()
-        return case
-
-    def check(self, case: Case, tol: float, where: str) -> CheckResult:
-        return super().check(decoded_bf16(case), tol, where)
+        return case.ready()
 
     def baseline(self, case: Case, name: str, params) -> Baseline:
         import cupy as cp
         import torch
 
-        if name not in self.baselines:
-            raise KeyError(f"w4a16 has no baseline '{name}'")
+        self.known_baseline(name)
         M, N, K = case.sizes["M"], case.sizes["N"], case.sizes["K"]
-        x = torch.as_tensor(case.inputs["x"].view(cp.int16), device="cuda")
-        x = x.view(torch.bfloat16).view(M, K)
+        x = torch_bf16(case.inputs["x"], M, K)
         Wq = torch.as_tensor(case.inputs["Wq"].view(cp.int32), device="cuda")  # N x K/8
-        S = torch.as_tensor(case.inputs["S"].view(cp.int16), device="cuda")
-        S = S.view(torch.bfloat16).view(N, K // GROUP, 1)
+        S = torch_bf16(case.inputs["S"], N, K // GROUP, 1)
         shifts = torch.arange(0, 32, 4, dtype=torch.int32, device="cuda")
         y = torch.empty((M, N), dtype=torch.bfloat16, device="cuda")
 
@@ -260,7 +242,7 @@ class W4A16(Problem):
         if name == "tinygemm_int4":
             y.copy_(last())  # the op allocates its output; the copy stays out of the timing
         torch.cuda.synchronize()
-        rel = bf16_rel_err(cp, y, case.reference["y"])
+        rel = rel_err(cp, y, case.reference["y"])
         if name == "tinygemm_int4":
             if not rel < TOLERANCE:  # a packing this torch reads otherwise: not a baseline
                 raise ValueError(

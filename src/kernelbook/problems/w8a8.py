@@ -35,12 +35,10 @@ from kernelbook.problems.base import (
     GUARD_ELEMENTS,
     Baseline,
     Case,
-    CheckResult,
     GuardedArray,
-    Problem,
-    size_seed,
+    XWProblem,
+    rel_err,
 )
-from kernelbook.problems.softmax import BF16_NAN, bf16_rel_err, decoded_bf16
 
 E4M3_MAX = 448.0
 TOLERANCE = 1e-2
@@ -70,9 +68,8 @@ def quantize_rows(w):
     return q.view(torch.uint8), scale
 
 
-class W8A8(Problem):
+class W8A8(XWProblem):
     name = "w8a8"
-    size_names = ("M", "N", "K")
     dtypes = ("float8_e4m3",)
     baselines = {
         "scaled_mm": "torch._scaled_mm(x_q, W_q.t(), scale_a=sx, scale_b=sw, "
@@ -105,10 +102,13 @@ class W8A8(Problem):
         return ("i32", "i32", "i32", "*u8", "*fp32", "*u8", "*fp32", "*bf16")
 
     # ---- device side -----------------------------------------------------------------
-    def setup(
-        self, sizes, dtype, params, seed, guard=GUARD_ELEMENTS, reference=True, computes=None
+
+    def build_case(
+        self, xp, sizes, dtype, seed, xf, wf, guard=GUARD_ELEMENTS, reference=True, computes=None
     ) -> Case:
-        import cupy as cp
+        """The case around float32 values ``xf`` (M x K) and ``wf`` (N x K), each row
+        quantized to e4m3 with its scale (quantize_rows, by torch where the array is), in
+        array module ``xp``: CuPy on the device, NumPy where the CPU tests run it."""
         import numpy as np
         import torch
 
@@ -116,22 +116,17 @@ class W8A8(Problem):
             raise KeyError(f"w8a8 has no alternative '{computes}'")
         if dtype != "float8_e4m3":
             raise KeyError(f"w8a8 has no dtype '{dtype}'")
-        why = self.size_error(sizes)
-        if why:
-            raise ValueError(f"w8a8 at {self.label(sizes)}: {why}")
         M, N, K = sizes["M"], sizes["N"], sizes["K"]
-        rng = cp.random.Generator(cp.random.XORWOW(size_seed(seed, sizes)))
-        xf = torch.as_tensor(rng.standard_normal((M, K), dtype=cp.float32), device="cuda")
-        wf = torch.as_tensor(rng.standard_normal((N, K), dtype=cp.float32), device="cuda")
-        xq, sx = (cp.asarray(t) for t in quantize_rows(xf))
-        Wq, sw = (cp.asarray(t) for t in quantize_rows(wf))
+        device = None if xp is np else "cuda"
+        xq, sx = (xp.asarray(t) for t in quantize_rows(torch.as_tensor(xf, device=device)))
+        Wq, sw = (xp.asarray(t) for t in quantize_rows(torch.as_tensor(wf, device=device)))
         del xf, wf
-        xq, sx, Wq, sw = (cp.ascontiguousarray(a) for a in (xq, sx, Wq, sw))
-        y = GuardedArray(cp, M * N, cp.uint16, guard)
+        xq, sx, Wq, sw = (xp.ascontiguousarray(a) for a in (xq, sx, Wq, sw))
+        y = GuardedArray(xp, M * N, "bfloat16", guard)
         ref = {}
         if reference:
-            x64 = e4m3_values(cp, xq) * sx.astype(cp.float64)[:, None]
-            w64 = e4m3_values(cp, Wq) * sw.astype(cp.float64)[:, None]
+            x64 = e4m3_values(xp, xq) * sx.astype(xp.float64)[:, None]
+            w64 = e4m3_values(xp, Wq) * sw.astype(xp.float64)[:, None]
             ref = {"y": (x64 @ w64.T).ravel()}
             del x64, w64
         case = Case(
@@ -140,23 +135,16 @@ class W8A8(Problem):
             seed=seed,
             inputs={"xq": xq, "sx": sx, "Wq": Wq, "sw": sw},
             outputs={"y": y},
-            initial={"y": cp.asarray(BF16_NAN, dtype=cp.uint16)},
             reference=ref,
             args=(np.int32(M), np.int32(N), np.int32(K), xq, sx, Wq, sw, y.view),
         )
-        case.input_copies = {k: v.copy() for k, v in case.inputs.items()}
-        case.reset()
-        return case
-
-    def check(self, case: Case, tol: float, where: str) -> CheckResult:
-        return super().check(decoded_bf16(case), tol, where)
+        return case.ready()
 
     def baseline(self, case: Case, name: str, params) -> Baseline:
         import cupy as cp
         import torch
 
-        if name not in self.baselines:
-            raise KeyError(f"w8a8 has no baseline '{name}'")
+        self.known_baseline(name)
         M, N, K = case.sizes["M"], case.sizes["N"], case.sizes["K"]
         xq = torch.as_tensor(case.inputs["xq"], device="cuda").view(torch.float8_e4m3fn)
         Wq = torch.as_tensor(case.inputs["Wq"], device="cuda").view(torch.float8_e4m3fn)
@@ -188,5 +176,5 @@ class W8A8(Problem):
         y.fill_(float("nan"))
         run()
         torch.cuda.synchronize()
-        rel = bf16_rel_err(cp, y, case.reference["y"])
+        rel = rel_err(cp, y, case.reference["y"])
         return Baseline(name=name, mode=how, run=run, rel_err=rel)
