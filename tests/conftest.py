@@ -359,6 +359,14 @@ def numpy_as_cupy(monkeypatch):
     return np
 
 
+def assert_checked(row) -> None:
+    """A bench row that ran, its kernel correct within the tolerance, and its baseline too:
+    the row's status, size and reason in the message where it did not run."""
+    assert row["status"] == "ok", row[["size", "status", "reason"]].to_dict()
+    assert row["correct"] and row["rel_err"] < row["tolerance"], row["rel_err"]
+    assert row["baseline_rel_err"] < row["tolerance"], row["baseline_rel_err"]
+
+
 @pytest.fixture
 def cpu_torch(monkeypatch, numpy_as_cupy):
     """The baselines' own code on PyTorch's CPU kernels: the tensor factories' device='cuda'

@@ -28,6 +28,16 @@ EMU = r"""
 #define __restrict__ __restrict
 #define __align__(n) __attribute__((aligned(n)))
 #define __shared__ static  /* blocks run one at a time: one copy is the block's */
+// a driver's input file, whole, in a 256-byte aligned buffer (what cudaMalloc gives); its
+// size in *n
+inline char* emu_slurp(const char* path, size_t* n) {
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  *n = f.tellg();
+  char* p = (char*)aligned_alloc(256, (*n / 256 + 1) * 256);
+  f.seekg(0);
+  f.read(p, *n);
+  return p;
+}
 struct dim3 { unsigned x = 1, y = 1, z = 1; };
 inline thread_local dim3 threadIdx;
 inline dim3 blockIdx, blockDim;

@@ -14,7 +14,14 @@ import subprocess
 
 import numpy as np
 import pytest
-from conftest import CHECK_TIMING, REPO, bench_rows, compile_variants, kernelbook_cli
+from conftest import (
+    CHECK_TIMING,
+    REPO,
+    assert_checked,
+    bench_rows,
+    compile_variants,
+    kernelbook_cli,
+)
 from cuda_emu import emu_build, emu_workdir
 
 from kernelbook import config as cfg
@@ -281,18 +288,10 @@ DRIVER = r"""
 int main(int argc, char** argv) {
   const int M = atoi(argv[1]), N = atoi(argv[2]), K = atoi(argv[3]);
   const size_t ws_bytes = atol(argv[4]), guard = atol(argv[8]);
-  auto slurp = [](const char* path, size_t* n) {
-    std::ifstream f(path, std::ios::binary | std::ios::ate);
-    *n = f.tellg();
-    char* p = (char*)aligned_alloc(256, (*n / 256 + 1) * 256);
-    f.seekg(0);
-    f.read(p, *n);
-    return p;
-  };
   size_t nx, nw, ny;
-  const __nv_bfloat16* x = (const __nv_bfloat16*)slurp(argv[5], &nx);
-  const __nv_bfloat16* W = (const __nv_bfloat16*)slurp(argv[6], &nw);
-  char* y = slurp(argv[7], &ny);
+  const __nv_bfloat16* x = (const __nv_bfloat16*)emu_slurp(argv[5], &nx);
+  const __nv_bfloat16* W = (const __nv_bfloat16*)emu_slurp(argv[6], &nw);
+  char* y = emu_slurp(argv[7], &ny);
   char* ws = (char*)aligned_alloc(256, (ws_bytes / 256 + 1) * 256);
   memset(ws, 0xA5, ws_bytes);  // garbage: a kernel must not rely on a zeroed workspace
   __nv_bfloat16* out = (__nv_bfloat16*)(y + guard);
@@ -425,9 +424,7 @@ def test_every_variant_correct_on_the_gpu_at_small_and_odd_shapes(bench_batch, v
     df = bench_batch(CHECK, "decode_gemm", GPU_JOBS, GPU_SIZES, vid)
     assert len(df) == len(GPU_SIZES)
     for _, row in df.iterrows():
-        assert row["status"] == "ok", row[["size", "status", "reason"]].to_dict()
-        assert row["correct"] and row["rel_err"] < row["tolerance"], row["rel_err"]
-        assert row["baseline_rel_err"] < row["tolerance"]
+        assert_checked(row)
 
 
 @pytest.mark.gpu

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import CHECK_TIMING, candidate_sample, sanitizer_rows
+from conftest import CHECK_TIMING, assert_checked, candidate_sample, sanitizer_rows
 
 from kernelbook import gpu
 
@@ -66,9 +66,7 @@ def test_every_hgemm_variant_correct_at_a_small_and_odd_shapes(bench_batch, vari
         if v.unmet(sizes):
             assert row["status"] == "skipped", row[["size", "status", "reason"]]
             continue
-        assert row["status"] == "ok", row[["size", "status", "reason"]].to_dict()
-        assert row["correct"] and row["rel_err"] < row["tolerance"], row["rel_err"]
-        assert row["baseline_rel_err"] < row["tolerance"]
+        assert_checked(row)
         assert "bf16" in row["baseline_mode"]
     if v.arch == "sm_90a":
         assert (df["arch"] == "sm_90a").all()

@@ -13,7 +13,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from conftest import CHECK_TIMING, REPO, compile_variants
+from conftest import CHECK_TIMING, REPO, assert_checked, compile_variants
 from cuda_emu import emu_build, emu_workdir
 
 from kernelbook import config as cfg
@@ -136,22 +136,14 @@ DRIVER = r"""
 int main(int argc, char** argv) {
   const int B = atoi(argv[1]), L = atoi(argv[2]), mp = atoi(argv[3]);
   const size_t ws_bytes = atol(argv[4]), guard = atol(argv[11]);
-  auto slurp = [](const char* path, size_t* n) {
-    std::ifstream f(path, std::ios::binary | std::ios::ate);
-    *n = f.tellg();
-    char* p = (char*)aligned_alloc(256, (*n / 256 + 1) * 256);
-    f.seekg(0);
-    f.read(p, *n);
-    return p;
-  };
   size_t n;
-  const int* lens = (const int*)slurp(argv[5], &n);
-  const int* table = (const int*)slurp(argv[6], &n);
-  const __nv_bfloat16* q = (const __nv_bfloat16*)slurp(argv[7], &n);
-  const __nv_bfloat16* k = (const __nv_bfloat16*)slurp(argv[8], &n);
-  const __nv_bfloat16* v = (const __nv_bfloat16*)slurp(argv[9], &n);
+  const int* lens = (const int*)emu_slurp(argv[5], &n);
+  const int* table = (const int*)emu_slurp(argv[6], &n);
+  const __nv_bfloat16* q = (const __nv_bfloat16*)emu_slurp(argv[7], &n);
+  const __nv_bfloat16* k = (const __nv_bfloat16*)emu_slurp(argv[8], &n);
+  const __nv_bfloat16* v = (const __nv_bfloat16*)emu_slurp(argv[9], &n);
   size_t no;
-  char* o = slurp(argv[10], &no);
+  char* o = emu_slurp(argv[10], &no);
   float* ws = (float*)aligned_alloc(256, (ws_bytes / 256 + 1) * 256);
   memset(ws, 0xA5, ws_bytes);  // garbage: a kernel must not rely on a zeroed workspace
   __nv_bfloat16* out = (__nv_bfloat16*)(o + guard);
@@ -245,6 +237,4 @@ def test_both_steps_correct_on_the_gpu_beside_sdpa(bench_batch, vid):
     df = bench_batch(FAST, "paged_decode", GPU_JOBS, GPU_SIZES, vid)
     assert len(df) == len(GPU_SIZES)
     for _, row in df.iterrows():
-        assert row["status"] == "ok", row[["size", "status", "reason"]].to_dict()
-        assert row["correct"] and row["rel_err"] < row["tolerance"], row["rel_err"]
-        assert row["baseline_rel_err"] < row["tolerance"]
+        assert_checked(row)

@@ -16,7 +16,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from conftest import CHECK_TIMING, REPO, compile_variants
+from conftest import CHECK_TIMING, REPO, assert_checked, compile_variants
 from cuda_emu import emu_build, emu_workdir
 
 from kernelbook import config as cfg
@@ -367,19 +367,11 @@ DRIVER = r"""
 int main(int argc, char** argv) {
   const int M = atoi(argv[1]), N = atoi(argv[2]), K = atoi(argv[3]);
   const size_t guard = atol(argv[8]);
-  auto slurp = [](const char* path, size_t* n) {
-    std::ifstream f(path, std::ios::binary | std::ios::ate);
-    *n = f.tellg();
-    char* p = (char*)aligned_alloc(256, (*n / 256 + 1) * 256);
-    f.seekg(0);
-    f.read(p, *n);
-    return p;
-  };
   size_t nx, nw, ns, ny;
-  const __nv_bfloat16* x = (const __nv_bfloat16*)slurp(argv[4], &nx);
-  const unsigned* Wq = (const unsigned*)slurp(argv[5], &nw);
-  const __nv_bfloat16* S = (const __nv_bfloat16*)slurp(argv[6], &ns);
-  char* y = slurp(argv[7], &ny);
+  const __nv_bfloat16* x = (const __nv_bfloat16*)emu_slurp(argv[4], &nx);
+  const unsigned* Wq = (const unsigned*)emu_slurp(argv[5], &nw);
+  const __nv_bfloat16* S = (const __nv_bfloat16*)emu_slurp(argv[6], &ns);
+  char* y = emu_slurp(argv[7], &ny);
   __nv_bfloat16* out = (__nv_bfloat16*)(y + guard);
   const dim3 grid{(unsigned)atoi(argv[9]), 1, 1}, block{(unsigned)atoi(argv[10]), 1, 1};
 #ifdef WORKSPACE
@@ -652,9 +644,7 @@ def test_every_variant_and_both_baselines_correct_on_the_gpu(bench_batch, vid):
     df = bench_batch(FAST, "w4a16", GPU_JOBS, GPU_SIZES, vid)
     assert len(df) == len(GPU_SIZES)
     for _, row in df.iterrows():
-        assert row["status"] == "ok", row[["size", "status", "reason"]].to_dict()
-        assert row["correct"] and row["rel_err"] < row["tolerance"], row["rel_err"]
-        assert row["baseline_rel_err"] < row["tolerance"]
+        assert_checked(row)
         extras = json.loads(row["extra_baselines"])
         extra = extras["cublas_bf16"]
         assert extra["rel_err"] < row["tolerance"] and extra["median_ms"] > 0

@@ -13,7 +13,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from conftest import CHECK_TIMING, REPO, candidate_sample, compile_variants
+from conftest import CHECK_TIMING, REPO, assert_checked, candidate_sample, compile_variants
 from cuda_emu import emu_build, emu_workdir
 
 from kernelbook import config as cfg
@@ -112,20 +112,12 @@ DRIVER = r"""
 int main(int argc, char** argv) {
   const int M = atoi(argv[1]), N = atoi(argv[2]), K = atoi(argv[3]);
   const size_t guard = atol(argv[9]);
-  auto slurp = [](const char* path, size_t* n) {
-    std::ifstream f(path, std::ios::binary | std::ios::ate);
-    *n = f.tellg();
-    char* p = (char*)aligned_alloc(256, (*n / 256 + 1) * 256);
-    f.seekg(0);
-    f.read(p, *n);
-    return p;
-  };
   size_t n1, n2, n3, n4, ny;
-  const unsigned char* xq = (const unsigned char*)slurp(argv[4], &n1);
-  const float* sx = (const float*)slurp(argv[5], &n2);
-  const unsigned char* Wq = (const unsigned char*)slurp(argv[6], &n3);
-  const float* sw = (const float*)slurp(argv[7], &n4);
-  char* y = slurp(argv[8], &ny);
+  const unsigned char* xq = (const unsigned char*)emu_slurp(argv[4], &n1);
+  const float* sx = (const float*)emu_slurp(argv[5], &n2);
+  const unsigned char* Wq = (const unsigned char*)emu_slurp(argv[6], &n3);
+  const float* sw = (const float*)emu_slurp(argv[7], &n4);
+  char* y = emu_slurp(argv[8], &ny);
   __nv_bfloat16* out = (__nv_bfloat16*)(y + guard);
   const dim3 grid{(unsigned)atoi(argv[10]), 1, 1}, block{(unsigned)atoi(argv[11]), 1, 1};
   emu_launch(grid, block, [=] { KERNEL(M, N, K, xq, sx, Wq, sw, out); });
@@ -227,9 +219,7 @@ def test_both_steps_and_baselines_correct_on_the_gpu(bench_batch, vid):
     df = bench_batch(FAST, "w8a8", GPU_JOBS, GPU_SIZES, vid)
     assert len(df) == len(GPU_SIZES)
     for _, row in df.iterrows():
-        assert row["status"] == "ok", row[["size", "status", "reason"]].to_dict()
-        assert row["correct"] and row["rel_err"] < row["tolerance"], row["rel_err"]
-        assert row["baseline_rel_err"] < row["tolerance"]
+        assert_checked(row)
         extra = json.loads(row["extra_baselines"])["scaled_mm"]
         if "error" in extra:  # cuBLASLt refused the shape: named on the row
             assert extra["error"] and "median_ms" not in extra
