@@ -15,8 +15,9 @@
 // the block into shared memory (K / 128 x 8 floats) and added to the C fragment before the
 // scale (no mma, no second chain); x's loads unpredicated, a lane past M reading row M - 1
 // (its C columns are never stored).
-// Hypothesis: ~60 instructions a group, not ~140: each warp's turn between its loads of W
-// shorter, more of the time with loads in flight: ~10 % off 15 at 1 x 28672 x 4096.
+// Hypothesis: 103 SASS instructions a group in the hot loop, not 15's 142 (kernelbook.build.loops
+// on both cubins, WARPS 4, MIN_BLOCKS 8): each warp's turn between its loads of W shorter, more
+// of the time with loads in flight: ~10 % off 15 at 1 x 28672 x 4096.
 // What ncu should show: inst_executed about half of 15's, the ALU pipe below 30 %, DRAM
 // throughput up by as much as the time goes down.
 //
