@@ -30,9 +30,11 @@ def pytest_configure(config):
 
     One content-hashed cubin cache (kernelbook.build.CACHE_ENV) for the whole run: each
     kernel is compiled by nvcc once, then reused by every test, every xdist worker and every
-    pipeline job the tests start (they inherit the environment). Removed at the end."""
+    pipeline job the tests start (they inherit the environment); the staleness check's
+    same-code answers (kernelbook.report.samecode) beside it. Removed at the end."""
     from kernelbook import gpu, jobserver
     from kernelbook.build import nvcc as build
+    from kernelbook.report import samecode
 
     if jobserver.ENV not in os.environ and gpu.detect()[0] is None:
         os.environ[jobserver.ENV] = "0"
@@ -40,6 +42,7 @@ def pytest_configure(config):
         return  # an xdist worker (the controller made it), or a cache the caller chose
     path = tempfile.mkdtemp(prefix="kernelbook-test-cubins-")
     os.environ[build.CACHE_ENV] = path
+    os.environ.setdefault(samecode.CACHE_ENV, os.path.join(path, "same-code"))
     config.stash[_CUBINS] = path
 
 

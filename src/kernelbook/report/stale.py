@@ -1,6 +1,7 @@
 """Whether published numbers still hold: each published variant's source and config hashes
-against the current kernels and config (a comment-only edit, shown through git, keeps them),
-and `kernelbook check`, which lists what changed."""
+against the current kernels and config (a comment-only edit, shown through git, keeps them,
+and so does an edit after which the measured builds compile to the same SASS:
+kernelbook.report.samecode), and `kernelbook check`, which lists what changed."""
 
 from __future__ import annotations
 
@@ -124,6 +125,7 @@ def comments_only_change(root: str | Path, rel: str, measured: list[str], depth:
 def study_changes(root: str | Path, study, meas, gpu: str) -> list[Change]:
     """What changed in one study's variants since ``meas`` (its published rows) was measured."""
     from kernelbook.provenance import sha256_source
+    from kernelbook.report.samecode import builds, same_machine_code
 
     root = Path(root)
     out: list[Change] = []
@@ -137,7 +139,11 @@ def study_changes(root: str | Path, study, meas, gpu: str) -> list[Change]:
         path = root / v.source
         now = sha256_source(path) if path.is_file() else "missing"
         then = sorted(set(rows["source_sha256"].dropna()))
-        if then != [now] and not comments_only_change(root, v.source, then):
+        if (
+            then != [now]
+            and not comments_only_change(root, v.source, then)
+            and not same_machine_code(root, v.source, builds(rows))
+        ):
             add(
                 v.id,
                 SOURCE,
