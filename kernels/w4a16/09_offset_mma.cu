@@ -82,20 +82,6 @@ __device__ __forceinline__ void l2_prefetch_tile(int tile, int N, int K,
 }
 #endif
 
-// 16 bytes of W, through L2 only: L1 keeps x
-__device__ __forceinline__ uint4 load_w(const uint4* p)
-{
-#ifdef KERNELBOOK_EMU
-  return *p;
-#else
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-#endif
-}
-
 // y[m0 .. m0 + 8 * MT) x [n0 .. n0 + 16) of this block: MT n8 tiles of batch rows
 template <int MT>
 __device__ __forceinline__ void w4_offset_tile(Partials& part, int M, int N, int K, int m0, int n0,

@@ -40,20 +40,6 @@
 
 typedef float TiledPartials[WARPS][4][4][32];  // each warp's accumulators, lane-major
 
-// 16 bytes of Wt, through L2 only: L1 keeps x
-__device__ __forceinline__ uint4 load_wt(const uint4* p)
-{
-#ifdef KERNELBOOK_EMU
-  return *p;
-#else
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-#endif
-}
-
 // y[m0 .. m0 + 8 * MT) x [n0 .. n0 + 16) of tile `tile`: MT n8 tiles of batch rows
 template <int MT>
 __device__ __forceinline__ void w4_tiled_tile(TiledPartials& part, int M, int N, int K, int m0,
@@ -80,8 +66,8 @@ __device__ __forceinline__ void w4_tiled_tile(TiledPartials& part, int M, int N,
 #pragma unroll
     for (int u = 0; u < UNR; ++u) {
       const bool in = g0 + u * WARPS < groups;  // rows past N are zeros: no row guard
-      qa[u] = in ? load_wt(w + 64 * WARPS * u) : zero;
-      qb[u] = in ? load_wt(w + 64 * WARPS * u + 32) : zero;
+      qa[u] = in ? load_w(w + 64 * WARPS * u) : zero;
+      qb[u] = in ? load_w(w + 64 * WARPS * u + 32) : zero;
       sc[u] = in ? s[8 * WARPS * u] : 0u;
     }
 #pragma unroll

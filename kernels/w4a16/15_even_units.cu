@@ -60,20 +60,6 @@
 
 constexpr int EVEN_SLOT = 128;  // floats: 16 rows of W x 8 batch rows, batch-row-major
 
-// 16 bytes of Wt, through L2 only: L1 keeps x (13's load)
-__device__ __forceinline__ uint4 even_load_wt(const uint4* p)
-{
-#ifdef KERNELBOOK_EMU
-  return *p;
-#else
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-#endif
-}
-
 // a piece written by another warp, from L2 (ld.global.cg: no stale line of L1)
 __device__ __forceinline__ float even_load_piece(const float* p)
 {
@@ -301,21 +287,21 @@ w4_even_units(int M, int N, int K, const __nv_bfloat16* __restrict__ x,
       const unsigned* s = st + (size_t)u * 8 + g;
 #if PREFETCH
       // the piece's next unit loaded before this one is used: two groups in flight a warp
-      uint4 qa = even_load_wt(w), qb = even_load_wt(w + 32);
+      uint4 qa = load_w(w), qb = load_w(w + 32);
       unsigned sc = *s;
       for (int gi = gb; gi < ge; ++gi) {
         w += 64;
         s += 8;
         uint4 na = qa, nb = qb;
         unsigned ns = sc;
-        if (gi + 1 < ge) na = even_load_wt(w), nb = even_load_wt(w + 32), ns = *s;
+        if (gi + 1 < ge) na = load_w(w), nb = load_w(w + 32), ns = *s;
         const float sa = __uint_as_float(sc << 16), sb = __uint_as_float(sc & 0xFFFF0000u);
         even_group(acc, qa, qb, sa, sb, gi, M, K, m0, x, xs);
         qa = na, qb = nb, sc = ns;
       }
 #else
       for (int gi = gb; gi < ge; ++gi, w += 64, s += 8) {
-        const uint4 qa = even_load_wt(w), qb = even_load_wt(w + 32);
+        const uint4 qa = load_w(w), qb = load_w(w + 32);
         const unsigned sc = *s;  // the scales of rows n0 + g (low half) and n0 + g + 8
         const float sa = __uint_as_float(sc << 16), sb = __uint_as_float(sc & 0xFFFF0000u);
         even_group(acc, qa, qb, sa, sb, gi, M, K, m0, x, xs);

@@ -7,6 +7,20 @@
 #define W4_FUSED_LOP3 1
 #include "w4mma.cuh"
 
+// 16 bytes of W (or Wt), through L2 only (W is read once): L1 keeps x
+__device__ __forceinline__ uint4 load_w(const uint4* p)
+{
+#ifdef KERNELBOOK_EMU
+  return *p;
+#else
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+#endif
+}
+
 // nibbles S_ and S_ + 4 of word q as two bf16 128 + n (nibble S_ in the low half): exact
 template <int S_>
 __device__ __forceinline__ unsigned nib_biased(unsigned q)
