@@ -31,10 +31,10 @@ def pytest_configure(config):
     One content-hashed cubin cache (kernelbook.build.CACHE_ENV) for the whole run: each
     kernel is compiled by nvcc once, then reused by every test, every xdist worker and every
     pipeline job the tests start (they inherit the environment); the staleness check's
-    same-code answers (kernelbook.report.samecode) beside it. Removed at the end."""
+    same-code answers (kernelbook.build.samecode) beside it. Removed at the end."""
     from kernelbook import gpu, jobserver
     from kernelbook.build import nvcc as build
-    from kernelbook.report import samecode
+    from kernelbook.build import samecode
 
     if jobserver.ENV not in os.environ and gpu.detect()[0] is None:
         os.environ[jobserver.ENV] = "0"

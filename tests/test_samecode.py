@@ -1,5 +1,5 @@
 """A measurement holds across an edit after which its builds compile to the same SASS
-(kernelbook.report.samecode): real git, real nvcc and cuobjdump, the build each published
+(kernelbook.build.samecode): real git, real nvcc and cuobjdump, the build each published
 row records, and the answer kept in the cache."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import subprocess
 import pandas as pd
 import pytest
 
+from kernelbook.build import samecode
+from kernelbook.build.samecode import Build, builds, same_machine_code
 from kernelbook.provenance import sha256_source
-from kernelbook.report import samecode
-from kernelbook.report.samecode import Build, builds, same_machine_code
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 

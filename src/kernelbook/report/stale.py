@@ -1,7 +1,7 @@
 """Whether published numbers still hold: each published variant's source and config hashes
 against the current kernels and config (a comment-only edit, shown through git, keeps them,
 and so does an edit after which the measured builds compile to the same SASS:
-kernelbook.report.samecode), and `kernelbook check`, which lists what changed."""
+kernelbook.build.samecode), and `kernelbook check`, which lists what changed."""
 
 from __future__ import annotations
 
@@ -124,8 +124,8 @@ def comments_only_change(root: str | Path, rel: str, measured: list[str], depth:
 
 def study_changes(root: str | Path, study, meas, gpu: str) -> list[Change]:
     """What changed in one study's variants since ``meas`` (its published rows) was measured."""
+    from kernelbook.build.samecode import builds, same_machine_code
     from kernelbook.provenance import sha256_source
-    from kernelbook.report.samecode import builds, same_machine_code
 
     root = Path(root)
     out: list[Change] = []
