@@ -9,6 +9,7 @@ pipeline runs for real, notebooks included, in copies of the repository.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -690,6 +691,36 @@ def test_check_reports_an_edited_kernel(published_repo):
     assert [ln[:3] for ln in lines] == [["02_coalescing", "source", "changed:"]]
     changes = stale.stale(project_of(published_repo), published_repo / "worklogs")
     assert [(c.variant, c.change) for c in changes] == [("02_coalescing", stale.SOURCE)]
+
+
+def test_check_says_which_edited_kernels_hold_by_their_machine_code(published_repo, monkeypatch):
+    """An edited kernel whose measured builds compile to the same SASS (kernelbook.build.
+    samecode, tested with nvcc in test_samecode) is no change: the study is up to date and
+    check names the variant as holding; a code edit elsewhere is still stale."""
+    from kernelbook.build import samecode
+
+    asked = []
+
+    def same(root, rel, measured):
+        asked.append((rel, len(measured)))
+        return rel.endswith("02_coalescing.cu")
+
+    monkeypatch.setattr(samecode, "same_machine_code", same)
+    cu = published_repo / "kernels" / STUDY / "02_coalescing.cu"
+    cu.write_text(cu.read_text().replace("float acc = 0.0f;", "float acc = 0.0f + 0.0f;"))
+    out = io.StringIO()
+    assert stale.check(project_of(published_repo), published_repo / "worklogs", out=out) == 0
+    lines = out.getvalue().splitlines()
+    assert f"{GPU}/{STUDY}: up to date" in lines, lines
+    (held,) = [ln for ln in lines if ln.startswith("  ")]
+    assert held.split()[:2] == ["02_coalescing", "holds:"], held
+    assert "compile to the same SASS" in held
+    assert asked and all(n >= 1 for _, n in asked)
+    assert stale.stale(project_of(published_repo), published_repo / "worklogs") == []
+    naive = published_repo / "kernels" / STUDY / "01_naive.cu"
+    naive.write_text(naive.read_text().replace("float acc = 0.0f;", "float acc = -0.0f;"))
+    changes = stale.stale(project_of(published_repo), published_repo / "worklogs")
+    assert [(c.variant, c.change) for c in changes] == [("01_naive", stale.SOURCE)]
 
 
 def test_check_reports_added_changed_and_removed_variants(published_repo):

@@ -42,6 +42,8 @@ SOURCE = "source changed"
 CONFIG = "config entry changed"
 ADDED = "not yet measured"  # a variant added since: nothing published is wrong, just missing
 REMOVED = "removed"
+# not a change: the source changed, and every measured build compiles to the same SASS
+SAME_CODE = "holds"
 # How published numbers are brought up to date, said the same way by check, README and pages.
 MEASURE_AND_PUBLISH = "`snakemake --cores 1 all`, then `snakemake --cores 1 publish`"
 
@@ -122,8 +124,12 @@ def comments_only_change(root: str | Path, rel: str, measured: list[str], depth:
     )
 
 
-def study_changes(root: str | Path, study, meas, gpu: str) -> list[Change]:
-    """What changed in one study's variants since ``meas`` (its published rows) was measured."""
+def study_changes(
+    root: str | Path, study, meas, gpu: str, held: list[Change] | None = None
+) -> list[Change]:
+    """What changed in one study's variants since ``meas`` (its published rows) was measured;
+    a variant whose source changed but whose measured builds compile to the same SASS is no
+    change, and is appended to ``held`` (SAME_CODE) where one is given."""
     from kernelbook.build.samecode import builds, same_machine_code
     from kernelbook.provenance import sha256_source
 
@@ -139,11 +145,15 @@ def study_changes(root: str | Path, study, meas, gpu: str) -> list[Change]:
         path = root / v.source
         now = sha256_source(path) if path.is_file() else "missing"
         then = sorted(set(rows["source_sha256"].dropna()))
-        if (
-            then != [now]
-            and not comments_only_change(root, v.source, then)
-            and not same_machine_code(root, v.source, builds(rows))
-        ):
+        if then == [now] or comments_only_change(root, v.source, then):
+            return
+        measured = builds(rows)
+        if same_machine_code(root, v.source, measured):
+            if held is not None:
+                n = len(measured)
+                detail = f"{v.source} changed; its {n} measured build(s) compile to the same SASS"
+                held.append(Change(gpu, study.name, v.id, SAME_CODE, detail))
+        else:
             add(
                 v.id,
                 SOURCE,
@@ -224,8 +234,11 @@ def changes_json(project, worklogs_dir: str | Path, gpu: str, study: str) -> str
     return json.dumps([c.as_dict() for c in changes], sort_keys=True)
 
 
-def stale(project, worklogs_dir: str | Path = WORKLOGS) -> list[Change]:
-    """Every published (gpu, study, variant) that no longer matches the current sources.
+def stale(
+    project, worklogs_dir: str | Path = WORKLOGS, held: list[Change] | None = None
+) -> list[Change]:
+    """Every published (gpu, study, variant) that no longer matches the current sources
+    (those held by the same machine code appended to ``held``, where given).
 
     ``project`` is a kernelbook.config.Project; a published study missing from its config
     is still checked against config/studies/<study>.yaml, and reported removed without one.
@@ -244,7 +257,7 @@ def stale(project, worklogs_dir: str | Path = WORKLOGS) -> list[Change]:
             for vid in dict.fromkeys(main["variant"]):
                 out.append(Change(gpu, name, vid, REMOVED, f"study '{name}' has no config"))
             continue
-        out += study_changes(project.root, study, meas, gpu)
+        out += study_changes(project.root, study, meas, gpu, held)
     return out
 
 
@@ -257,22 +270,26 @@ def check(project, worklogs_dir: str | Path = WORKLOGS, out=None) -> int:
     if not pairs:
         print(f"kernelbook check: nothing published under {worklogs_dir}/", file=out)
         return 0
-    changes = stale(project, root)
+    held: list[Change] = []
+    changes = stale(project, root, held)
     by: dict[tuple[str, str], list[Change]] = {}
+    kept: dict[tuple[str, str], list[Change]] = {}
     for c in changes:
         by.setdefault((c.gpu, c.study), []).append(c)
+    for c in held:
+        kept.setdefault((c.gpu, c.study), []).append(c)
     for gpu, study in pairs:
-        cs = by.get((gpu, study), [])
-        if not cs:
+        cs, hs = by.get((gpu, study), []), kept.get((gpu, study), [])
+        if cs:
+            changed = {c.variant for c in cs if c.change != ADDED}
+            new = {c.variant for c in cs if c.change == ADDED}
+            head = [f"STALE ({len(changed)} variant(s))"] if changed else []
+            head += [f"{len(new)} variant(s) {ADDED} on {gpu}"] if new else []
+            print(f"{gpu}/{study}: {'; '.join(head)}", file=out)
+        else:
             print(f"{gpu}/{study}: up to date", file=out)
-            continue
-        changed = {c.variant for c in cs if c.change != ADDED}
-        new = {c.variant for c in cs if c.change == ADDED}
-        head = [f"STALE ({len(changed)} variant(s))"] if changed else []
-        head += [f"{len(new)} variant(s) {ADDED} on {gpu}"] if new else []
-        print(f"{gpu}/{study}: {'; '.join(head)}", file=out)
-        width = max(len(c.variant) for c in cs)
-        for c in cs:
+        width = max((len(c.variant) for c in cs + hs), default=0)
+        for c in cs + hs:
             detail = f": {c.detail}" if c.detail else ""
             print(f"  {c.variant:<{width}}  {c.describe()}{detail}", file=out)
     if changes:
