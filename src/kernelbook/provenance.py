@@ -55,6 +55,28 @@ def sha256_source(source: Path, read=_read) -> str:
     return h.hexdigest()
 
 
+def commit_reader(root: Path, commit: str):
+    """A ``read`` for quoted_includes and sha256_source that gives a file's bytes as they were
+    at git ``commit`` (None where it was not there, or git cannot say); a path is absolute
+    under ``root`` or relative to it. ``read.blobs`` holds what it read, by path from the
+    root."""
+    root = Path(root).resolve()
+    blobs: dict[str, bytes | None] = {}
+
+    def read(path: Path) -> bytes | None:
+        path = Path(os.path.normpath(path))
+        key = (path.relative_to(root) if path.is_absolute() else path).as_posix()
+        if key not in blobs:
+            proc = subprocess.run(
+                ["git", "-C", str(root), "show", f"{commit}:{key}"], capture_output=True, timeout=60
+            )
+            blobs[key] = proc.stdout if proc.returncode == 0 else None
+        return blobs[key]
+
+    read.blobs = blobs
+    return read
+
+
 def git_commit(root: Path) -> str:
     """The commit measured: KERNELBOOK_GIT_COMMIT if set (a tree copied to a GPU host may
     carry a .git whose HEAD is not the code that was sent), else the HEAD (+ -dirty) of the

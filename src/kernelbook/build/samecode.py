@@ -61,28 +61,16 @@ def _cache_dir() -> Path:
 def _git_files(root: Path, commit: str, rel: str) -> dict[str, bytes] | None:
     """``rel`` and what it includes with quotes, as they were at ``commit`` (paths relative
     to the root); None where git cannot say."""
-    from kernelbook.provenance import quoted_includes
+    from kernelbook.provenance import commit_reader, quoted_includes
 
-    blobs: dict[str, bytes | None] = {}
-
-    def read(p: Path) -> bytes | None:
-        k = Path(os.path.normpath(p)).as_posix()
-        if k not in blobs:
-            r = subprocess.run(
-                ["git", "-C", str(root), "show", f"{commit}:{k}"],
-                capture_output=True,
-                timeout=60,
-            )
-            blobs[k] = r.stdout if r.returncode == 0 else None
-        return blobs[k]
-
+    read = commit_reader(root, commit)
     try:
         if read(Path(rel)) is None:
             return None
         quoted_includes(Path(rel), read)
     except (OSError, subprocess.SubprocessError):
         return None
-    return {k: b for k, b in blobs.items() if b is not None}
+    return {k: b for k, b in read.blobs.items() if b is not None}
 
 
 def _sass(source: Path, build: Build, out: Path) -> str:

@@ -72,7 +72,7 @@ def comments_only_change(root: str | Path, rel: str, measured: list[str], depth:
     import os
     import subprocess
 
-    from kernelbook.provenance import quoted_includes, sha256_source
+    from kernelbook.provenance import commit_reader, quoted_includes, sha256_source
 
     root = Path(root).resolve()
     path = root / rel
@@ -95,22 +95,10 @@ def comments_only_change(root: str | Path, rel: str, measured: list[str], depth:
         commits = git("log", f"-{depth}", "--format=%H", "--", *now).decode().split()
         found: dict[str, dict[str, bytes]] = {}
         for c in commits:
-            blobs: dict[str, bytes | None] = {}
-
-            def read(p: Path, c=c, blobs=blobs) -> bytes | None:
-                k = key(p)
-                if k not in blobs:
-                    r = subprocess.run(
-                        ["git", "-C", str(root), "show", f"{c}:{k}"],
-                        capture_output=True,
-                        timeout=60,
-                    )
-                    blobs[k] = r.stdout if r.returncode == 0 else None
-                return blobs[k]
-
+            read = commit_reader(root, c)
             h = sha256_source(path, read)
             if h in measured:
-                found[h] = {k: b for k, b in blobs.items() if b is not None}
+                found[h] = {k: b for k, b in read.blobs.items() if b is not None}
             if len(found) == len(set(measured)):
                 break
     except (OSError, ValueError, subprocess.SubprocessError):
