@@ -189,6 +189,11 @@ def cmd_profile(args) -> int:
     project, study, variant = _study_variant(args)
     sizes = quick_sizes(study, variant, _sizes(args), args.build_dir)
     own_build = args.build_dir is None and args.cubin is None
+    if own_build and not (args.tuned_table or args.bench_table):  # one variant as several are:
+        return profile_study_job(  # compiled now, profiled beside the study's baselines
+            project, study, args.out, args.reports, None, None, None, _sizes(args), [variant],
+            build_now=compile_now,
+        )  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         cubin = args.cubin
         if own_build:
