@@ -890,11 +890,13 @@ def test_profile_counts_the_gemm_ffmas(tmp_path, variant):
 
 def test_quick_profile_at_any_size_compiles_the_variant_itself(tmp_path):
     """The quick loop: `kernelbook profile --size` with no build folder compiles the variant
-    and profiles it at the sizes given, not the study's profile sizes."""
+    and profiles it at the sizes given, not the study's profile sizes, beside the study's
+    baseline at each (as a quick profile of several variants does)."""
     out = tmp_path / "profile.parquet"
     kb("profile", "sgemm", "01_naive", "--size", "256x128x64", "--size", "128x128x128",
        "--reports", str(tmp_path / "reports"), "--out", str(out))  # fmt: skip
-    df = tables.read(out)
+    df, _ = _and_baseline(tables.read(out), "cublas", ("256x128x64", "128x128x128"))
+    assert set(df["variant"]) == {"01_naive"}
     ffma = df[df["metric"] == "sm__sass_thread_inst_executed_op_ffma_pred_on.sum"]
     assert sorted(ffma["size"]) == ["128x128x128", "256x128x64"]
     for _, r in ffma.iterrows():
