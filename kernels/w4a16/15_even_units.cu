@@ -28,6 +28,16 @@
 // 13's blocks).
 // What ncu should show: sm__cycles_active near the elapsed cycles, the achieved occupancy near
 // the launch's, dram__throughput up by the same ~13 %.
+// Measured (H200, the study's run at 1917446, CUPTI kernel time; ncu under its own clocks):
+// refuted. At 1 x 28672 x 4096 the winner (WARPS 8, MIN_BLOCKS 4, PREFETCH 0) takes 23.76 us
+// against 13's 20.70 beside it (249 % of cuBLAS BF16 against 290 %); 87.2 against 79.5 us at
+// 1 x 128256 x 4096; no PREFETCH 1 candidate wins anywhere. ncu at 1 x 28672: the SMs are no
+// busier than under 13 (sm__cycles_active 38029 of 48215 elapsed, 79 %, against 13's 33476 of
+// 40722, 82 %), DRAM 48.8 % of peak against 57.2 %, lts__t_bytes 103 MB against 93 MB (the
+// pieces). So 13's idle time is not its partial wave: a static cut gives every warp the same
+// units but not the same time (each waits on its own DRAM channels), and the warps that end
+// first cannot take work, where 13's 1792 small blocks go to whichever SM frees up. Next:
+// units handed out as they are asked for (a counter), not cut in advance.
 //
 // The workspace (zeroed once, when the launcher is made), for each pass: one counter a tile, then
 // two slots for each of MAX_WARPS warps (a run holds at most a first and a last partial tile),

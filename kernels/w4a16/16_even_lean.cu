@@ -20,6 +20,11 @@
 // of the time with loads in flight: ~10 % off 15 at 1 x 28672 x 4096.
 // What ncu should show: inst_executed about half of 15's, the ALU pipe below 30 %, DRAM
 // throughput up by as much as the time goes down.
+// Measured (H200, the study's run at 1917446): 4 % off 15, as predicted in direction, but 15
+// lost to 13 (see 15): 22.78 us at 1 x 28672 x 4096 (13: 20.70), 75.04 at 1 x 128256 x 4096,
+// the first step past 3x cuBLAS BF16 there (317 %). Its small-block candidates are the slowest
+// (WARPS 2: 29.9 to 30.9 us), the launches where the most blocks each sum all of x before their
+// first load of W.
 //
 // Sizes, launch: 15's, with K / 128 x 32 bytes of dynamic shared memory.
 #define EVEN_LEAN 1
