@@ -194,6 +194,13 @@ def test_study_loads_with_both_baselines_and_the_read_roof():
             for w, b in ((2, 12), (2, 16), (4, 6), (4, 7), (4, 8), (8, 4))
             for p in (0, 1)
         ],
+        # 32 warps an SM, or 24 with the next group's loads ahead; chunks of 2 to 8 groups
+        "17_chunk_blocks": [
+            {"CG": c, "MIN_BLOCKS": b, "PREFETCH": p, "WARPS": w}
+            for w in (1, 2, 4)
+            for b, p in ((24 // w, 1), (32 // w, 0))
+            for c in (2, 4, 8)
+        ],
     }
 
 
@@ -208,6 +215,7 @@ TENSOR_CORE = (
     "w4_tiled_w",
     "w4_bulk_ring",
     "w4_even_units",
+    "w4_chunk_blocks",
 )
 RINGS = ("w4_ring_persistent", "w4_ring_lean")  # chunks of CG groups through a cp.async ring
 # 07's grid: tiles shared out evenly
@@ -248,6 +256,14 @@ def test_launch_geometry_covers_every_row(v):
             # a counter a tile and two 16 x 8 slots a warp, for each pass of 8 batch rows
             ws = 4 * -(-s["M"] // 8) * (-(-s["N"] // 16) + d["MAX_WARPS"] * 2 * 128)
             assert v.workspace_bytes(s) == ws
+            continue
+        elif v.entry == "w4_chunk_blocks":  # a chunk of CG groups a warp, WARPS a block
+            d, P = v.defines, -(-s["M"] // 8)
+            tiles, cpt = -(-s["N"] // 16), -(-(s["K"] // 128) // d["CG"])
+            assert L.block == (32 * d["WARPS"], 1, 1) and L.smem == 0
+            assert L.grid == (-(-tiles * cpt // d["WARPS"]), 1, 1)
+            # a count a tile and a 16 x 8 slot a chunk, for each pass
+            assert v.workspace_bytes(s) == 4 * P * tiles * (1 + cpt * 128)
             continue
         elif v.entry in RINGS:  # a ring of STAGES chunks of CG KB a warp
             d = v.defines
@@ -301,8 +317,8 @@ def test_kernels_compile_without_spills_and_convert_as_they_say(built, v):
     elif v.entry == "w4_bulk_ring":  # W and the scales by the TMA unit (two copies a slot)
         assert {"UBLKCP.S.G", "LDS.128", "SYNCS.PHASECHK.TRANS64.TRYWAIT"} <= ops, sorted(ops)
         assert not any(op.startswith("LDG.E.NA") for op in ops), sorted(ops)  # x alone by LDG
-    elif v.entry in ("w4_offset_mma", "w4_tiled_w", "w4_even_units"):  # W by L2 only
-        assert "LDG.E.NA.128.CONSTANT" in ops, sorted(ops)
+    elif v.entry in ("w4_offset_mma", "w4_tiled_w", "w4_even_units", "w4_chunk_blocks"):
+        assert "LDG.E.NA.128.CONSTANT" in ops, sorted(ops)  # W by L2 only
         # 12: the tiles' bulk L2 prefetches (09's source with W4_L2_PREFETCH); 09: none
         assert ("UBLKPF.L2" in ops) == v.id.startswith("12_"), (v.id, sorted(ops))
         if v.entry != "w4_offset_mma":  # a 32-bit load gives a lane both of its rows' scales
@@ -311,20 +327,21 @@ def test_kernels_compile_without_spills_and_convert_as_they_say(built, v):
         assert "LDG.E.EF.128" in ops, sorted(ops)  # W streamed: 16-byte ld.global.cs
     # (I2F.*.RP: the reciprocal of an integer division, as 14's runs of tiles a block)
     converts = {op for op in ops if op.startswith("I2F") and not op.endswith(".RP")}
-    if v.entry in ("w4_offset_mma", "w4_tiled_w", "w4_bulk_ring", "w4_even_units", *RINGS):
+    pieces = ("w4_even_units", "w4_chunk_blocks")
+    if v.entry in ("w4_offset_mma", "w4_tiled_w", "w4_bulk_ring", *pieces, *RINGS):
         assert "HMMA.16816.F32.BF16" in ops and "HADD2.BF16_V2" not in ops, sorted(ops)
         assert not converts, sorted(ops)
         # the warps add through shared memory; 14's and 16's shuffles sum x, four lanes a group
-        sums_x = v.entry == "w4_bulk_ring" or v.id.startswith("16_even_lean")
+        sums_x = v.entry in ("w4_bulk_ring", "w4_chunk_blocks") or v.id.startswith("16_")
         assert ("SHFL.BFLY" in ops) == sums_x, sorted(ops)
-        if v.entry == "w4_even_units":  # 15: pieces through the workspace, no block barrier
+        if v.entry in pieces:  # 15, 17: pieces through the workspace, no block barrier
             # a release add (its MEMBAR, no L1 invalidation), the finisher's acquire fence
             # (which invalidates L1) and its L2 reads of the pieces
             want = {"ATOM.E.ADD.STRONG.GPU", "MEMBAR.ALL.GPU", "CCTL.IVALL", "LDG.E.STRONG.GPU"}
             assert want <= ops, sorted(ops)
             assert "MEMBAR.SC.GPU" not in ops
-            # a block barrier only around 16's sums of x, once a pass
-            assert ("BAR.SYNC.DEFER_BLOCKING" in ops) == sums_x, sorted(ops)
+            # a block barrier only around 16's sums of x, once a pass (17's warps sum their own)
+            assert ("BAR.SYNC.DEFER_BLOCKING" in ops) == v.id.startswith("16_"), sorted(ops)
     elif v.entry in TENSOR_CORE:  # tensor cores; nibble pairs by LOP3 and a bf16x2 add
         assert "HMMA.16816.F32.BF16" in ops and "HADD2.BF16_V2" in ops, sorted(ops)
         assert not converts and "SHFL.BFLY" not in ops, sorted(ops)  # warps add in smem
@@ -545,8 +562,13 @@ def test_the_lean_step_runs_half_15s_mmas_and_no_permutes_in_its_hot_loop(tmp_pa
     from kernelbook.build import nvcc as build
 
     hot = {}
-    for step in ("15_even_units", "16_even_lean"):
-        v = STUDY.variant(f"{step}__WARPS4_MIN_BLOCKS8_PREFETCH0")
+    for step in ("15_even_units", "16_even_lean", "17_chunk_blocks"):
+        point = (
+            "WARPS4_MIN_BLOCKS8_CG4_PREFETCH0"
+            if step[:2] == "17"
+            else "WARPS4_MIN_BLOCKS8_PREFETCH0"
+        )
+        v = STUDY.variant(f"{step}__{point}")
         cubin = tmp_path / f"{step}.cubin"
         build.compile_variant(v, ARCH, FLAGS, REPO, cubin)
         dump = subprocess.run(
@@ -563,6 +585,45 @@ def test_the_lean_step_runs_half_15s_mmas_and_no_permutes_in_its_hot_loop(tmp_pa
     assert all(i.predicated for i in x_loads["15_even_units"])
     assert not any(i.predicated for i in x_loads["16_even_lean"])
     assert len(hot["16_even_lean"].insns) < 0.75 * len(hot["15_even_units"].insns)
+    # 17 walks a chunk's groups as 16 walks a run's: the same group, its sums of x from the
+    # warp's own (109 instructions against 103 with ptxas 13.0)
+    assert ops["17_chunk_blocks"]["HMMA"] == 8 and ops["17_chunk_blocks"]["PRMT"] == 0
+    assert len(hot["17_chunk_blocks"].insns) <= len(hot["16_even_lean"].insns) + 8
+
+
+CHUNKS = [
+    (1, 100, 1152),  # 9 groups a tile: 7 tiles of chunks of 2, 4 or 8 groups and a short one
+    (3, 9, 1152),  # one tile, its chunks in warps of several blocks
+    (12, 37, 256),  # two passes of 8 batch rows, each its own pieces and counts
+    (33, 40, 384),  # five passes, the last of one batch row
+    (5, 48, 256),  # at CG 2 or more a chunk is the whole tile: y stored directly, no piece
+]
+
+
+@pytest.mark.parametrize("point", [(1, 32, 0, 2), (2, 12, 1, 4), (4, 8, 0, 8)], ids=str)
+@pytest.mark.parametrize("sizes", CHUNKS, ids=str)
+def test_the_chunk_step_adds_every_chunk_once_and_leaves_its_counts_at_zero(
+    emu_dir, numpy_as_cupy, sizes, point
+):
+    """17's chunks of CG groups, a warp each: two launches on one workspace both write every
+    y (the second is checked); after them every tile's count is 0 again, as the next launch
+    needs; a tile of one chunk leaves no piece, else the slots hold pieces."""
+    w, b, pf, cg = point
+    want = {"CG": cg, "MIN_BLOCKS": b, "PREFETCH": pf, "WARPS": w}
+    (v,) = [
+        c for c in STUDY.candidates if c.tuned_from == "17_chunk_blocks" and c.tune_point == want
+    ]
+    M, N, K = sizes
+    case = _emulate(emu_dir, v, {"M": M, "N": N, "K": K}, launches=2)
+    tol = W4.tolerance({}, "bfloat16")
+    where = f"w4a16/{v.id} at {M}x{N}x{K} (emulated)"
+    assert W4.check(case, tol, where).rel_err < 4e-3
+    ws = np.frombuffer(case.emu_workspace, dtype=np.uint32)
+    passes, tiles, cpt = -(-M // 8), -(-N // 16), -(-(K // 128) // cg)
+    assert ws.size == passes * tiles * (1 + cpt * 128)
+    assert not ws[: passes * tiles].any(), ws[: passes * tiles]
+    slots = ws[passes * tiles :].view(np.float32)
+    assert np.isfinite(slots).all() and slots.any() == (cpt > 1)
 
 
 def _prefetched(printed: str) -> dict[str, list[tuple[int, int]]]:

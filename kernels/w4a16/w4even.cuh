@@ -1,0 +1,136 @@
+// What the steps that add pieces of a tile through the workspace share (15_even_units,
+// 16_even_lean, 17_counted_units): the C fragment's slots, the release add and acquire fence
+// between the warp that leaves a piece and the one that completes the tile, y's store, and 16's
+// lean scale group with its sums of x.
+// Included with quotes, so a kernel's source hash covers it (kernelbook.provenance).
+#pragma once
+#include "w4offset.cuh"
+
+constexpr int EVEN_SLOT = 128;  // floats: 16 rows of W x 8 batch rows, batch-row-major
+
+// a piece written by another warp, from L2 (ld.global.cg: no stale line of L1)
+__device__ __forceinline__ float even_load_piece(const float* p)
+{
+#ifdef KERNELBOOK_EMU
+  return *p;
+#else
+  return __ldcg(p);
+#endif
+}
+
+// *p += v, a release at GPU scope (its MEMBAR makes this warp's earlier stores visible first:
+// __syncwarp orders the other lanes' before it); the old value
+__device__ __forceinline__ unsigned even_add_release(unsigned* p, unsigned v)
+{
+#ifdef KERNELBOOK_EMU
+  return atomicAdd(p, v);
+#else
+  unsigned old;
+  asm volatile("atom.add.release.gpu.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+#endif
+}
+
+// an acquire fence at GPU scope: after lane 0's add that completed a tile's count, every piece
+// the other warps released before their adds is visible to it
+__device__ __forceinline__ void even_acquire()
+{
+#ifdef KERNELBOOK_EMU
+  __threadfence();
+#else
+  asm volatile("fence.acq_rel.gpu;" ::: "memory");
+#endif
+}
+
+// threadIdx.x read again where it is used, so that nothing derived from it stays live through
+// the mma loop (a volatile read is not merged with the first)
+__device__ __forceinline__ int even_tid()
+{
+#ifdef KERNELBOOK_EMU
+  return threadIdx.x;
+#else
+  int t;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+  return t;
+#endif
+}
+
+// the slot index of this lane's C fragment register r: batch row 2t + r % 2, row g or g + 8
+__device__ __forceinline__ int even_at(int r, int g, int t)
+{
+  return (2 * t + r % 2) * 16 + g + (r < 2 ? 0 : 8);
+}
+
+// y's rows n0 + g, n0 + g + 8 and batch rows m0 + 2t, + 1 from the C fragment v, inside M x N
+__device__ __forceinline__ void even_store(const float (&v)[4], int M, int N, int m0, int n0, int g,
+                                           int t, __nv_bfloat16* __restrict__ y)
+{
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int n = n0 + g + (r < 2 ? 0 : 8), m = m0 + 2 * t + r % 2;
+    if (n < N && m < M) y[(size_t)m * N + n] = __float2bfloat16_rn(v[r]);
+  }
+}
+
+// the sum of the 32 bf16 in q[0 .. 4), as FP32
+__device__ __forceinline__ float even_x_quarter(const uint4* __restrict__ q)
+{
+  float s = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint4 v = __ldg(q + i);
+    const unsigned u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s += __uint_as_float(u[e] << 16) + __uint_as_float(u[e] & 0xFFFF0000u);
+  }
+  return s;
+}
+
+// -136 times the sum of x over each scale group, for batch rows m0 .. m0 + 8 (0 past M), into
+// xs[8 gi + r]: the block's threads four lanes an item, 32 elements each
+template <int NW>
+__device__ __forceinline__ void even_x_sums(float* xs, int M, int K, int m0,
+                                            const __nv_bfloat16* __restrict__ x)
+{
+  const int items = K / 128 * 8, sub = threadIdx.x % 4;
+  for (int base = 0; base < items; base += 8 * NW) {  // the same trips for the whole warp
+    const int item = base + threadIdx.x / 4, m = m0 + item % 8;
+    float s = 0.0f;
+    if (item < items && m < M)
+      s = even_x_quarter(reinterpret_cast<const uint4*>(x + (size_t)m * K + item / 8 * 128) + 4 * sub);
+    s += __shfl_xor_sync(0xffffffffu, s, 1);
+    s += __shfl_xor_sync(0xffffffffu, s, 2);
+    if (sub == 0 && item < items) xs[item] = -136.0f * s;
+  }
+}
+
+// acc += the scaled products of scale group gi with batch rows m0 + g, in the tiled_pairs
+// layout (nibbles s and s + 4 of a word are its weights 2s and 2s + 1, so that x's 32-bit
+// words are the B fragment as they lie: no PRMT), the weights as 128 + q and the zero point
+// -136 sum x from xs[8 zi ..], the group's 8 sums (no mma of its own: 8 HMMAs a group, not 16); a lane past M reads batch
+// row M - 1 again (its C columns are never stored: no predicated load)
+__device__ __forceinline__ void even_group_lean(float (&acc)[4], uint4 qa, uint4 qb, float sa,
+                                                float sb, int gi, int M, int K, int m0,
+                                                const __nv_bfloat16* __restrict__ x,
+                                                const float* xs, int zi)
+{
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const uint4* xr = reinterpret_cast<const uint4*>(x + (size_t)min(m0 + g, M - 1) * K + gi * 128) +
+                    4 * t;
+  float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    const unsigned ua = w == 0 ? qa.x : w == 1 ? qa.y : w == 2 ? qa.z : qa.w;
+    const unsigned ub = w == 0 ? qb.x : w == 1 ? qb.y : w == 2 ? qb.z : qb.w;
+    const uint4 xv = __ldg(xr + w);
+    mma_bf16(c, nib_biased<0>(ua), nib_biased<0>(ub), nib_biased<1>(ua), nib_biased<1>(ub), xv.x,
+             xv.y);
+    mma_bf16(c, nib_biased<2>(ua), nib_biased<2>(ub), nib_biased<3>(ua), nib_biased<3>(ub), xv.z,
+             xv.w);
+  }
+  const float z0 = xs[8 * zi + 2 * t], z1 = xs[8 * zi + 2 * t + 1];  // C columns 2t, 2t + 1
+  acc[0] = fmaf(sa, c[0] + z0, acc[0]);  // rows g, g + 8: their group's scale
+  acc[1] = fmaf(sa, c[1] + z1, acc[1]);
+  acc[2] = fmaf(sb, c[2] + z0, acc[2]);
+  acc[3] = fmaf(sb, c[3] + z1, acc[3]);
+}
