@@ -201,6 +201,8 @@ def test_study_loads_with_both_baselines_and_the_read_roof():
             for b, p in ((24 // w, 1), (32 // w, 0))
             for c in (2, 4, 8)
         ],
+        # 13's grid: 2, 4 or 8 warps a block, 32 an SM
+        "18_tiled_lean": [{"MIN_BLOCKS": 32 // w, "WARPS": w} for w in (2, 4, 8)],
     }
 
 
@@ -216,6 +218,7 @@ TENSOR_CORE = (
     "w4_bulk_ring",
     "w4_even_units",
     "w4_chunk_blocks",
+    "w4_tiled_lean",
 )
 RINGS = ("w4_ring_persistent", "w4_ring_lean")  # chunks of CG groups through a cp.async ring
 # 07's grid: tiles shared out evenly
@@ -265,6 +268,10 @@ def test_launch_geometry_covers_every_row(v):
             # a count a tile and a 16 x 8 slot a chunk, for each pass
             assert v.workspace_bytes(s) == 4 * P * tiles * (1 + cpt * 128)
             continue
+        elif v.entry == "w4_tiled_lean":  # 13's tiles; each warp's sums of x, 8 rows a group
+            groups = -(-(s["K"] // 128) // v.defines["WARPS"])  # the most a warp takes
+            assert L.block == (32 * v.defines["WARPS"], 1, 1)
+            assert L.smem == v.defines["WARPS"] * groups * 8 * 4
         elif v.entry in RINGS:  # a ring of STAGES chunks of CG KB a warp
             d = v.defines
             assert L.block == (32 * d["WARPS"], 1, 1)
@@ -317,7 +324,13 @@ def test_kernels_compile_without_spills_and_convert_as_they_say(built, v):
     elif v.entry == "w4_bulk_ring":  # W and the scales by the TMA unit (two copies a slot)
         assert {"UBLKCP.S.G", "LDS.128", "SYNCS.PHASECHK.TRANS64.TRYWAIT"} <= ops, sorted(ops)
         assert not any(op.startswith("LDG.E.NA") for op in ops), sorted(ops)  # x alone by LDG
-    elif v.entry in ("w4_offset_mma", "w4_tiled_w", "w4_even_units", "w4_chunk_blocks"):
+    elif v.entry in (
+        "w4_offset_mma",
+        "w4_tiled_w",
+        "w4_even_units",
+        "w4_chunk_blocks",
+        "w4_tiled_lean",
+    ):
         assert "LDG.E.NA.128.CONSTANT" in ops, sorted(ops)  # W by L2 only
         # 12: the tiles' bulk L2 prefetches (09's source with W4_L2_PREFETCH); 09: none
         assert ("UBLKPF.L2" in ops) == v.id.startswith("12_"), (v.id, sorted(ops))
@@ -328,11 +341,12 @@ def test_kernels_compile_without_spills_and_convert_as_they_say(built, v):
     # (I2F.*.RP: the reciprocal of an integer division, as 14's runs of tiles a block)
     converts = {op for op in ops if op.startswith("I2F") and not op.endswith(".RP")}
     pieces = ("w4_even_units", "w4_chunk_blocks")
-    if v.entry in ("w4_offset_mma", "w4_tiled_w", "w4_bulk_ring", *pieces, *RINGS):
+    lean = ("w4_chunk_blocks", "w4_tiled_lean")
+    if v.entry in ("w4_offset_mma", "w4_tiled_w", "w4_bulk_ring", *pieces, *lean, *RINGS):
         assert "HMMA.16816.F32.BF16" in ops and "HADD2.BF16_V2" not in ops, sorted(ops)
         assert not converts, sorted(ops)
         # the warps add through shared memory; 14's and 16's shuffles sum x, four lanes a group
-        sums_x = v.entry in ("w4_bulk_ring", "w4_chunk_blocks") or v.id.startswith("16_")
+        sums_x = v.entry in ("w4_bulk_ring", *lean) or v.id.startswith("16_")
         assert ("SHFL.BFLY" in ops) == sums_x, sorted(ops)
         if v.entry in pieces:  # 15, 17: pieces through the workspace, no block barrier
             # a release add (its MEMBAR, no L1 invalidation), the finisher's acquire fence

@@ -79,30 +79,6 @@ __device__ __forceinline__ void chunk_piece(const float (&acc)[4], int pass, int
   if (lane == 0) counts[(size_t)pass * T + tile] = 0;  // 0 again for the next launch
 }
 
-// -136 sum x over groups gb .. ge - 1 for batch rows m0 .. m0 + 8 into z[8 (gi - gb) + r] (0
-// for the rows past M): the warp's lanes four an item (a group and a batch row there is), the
-// items row by row
-__device__ __forceinline__ void chunk_x_sums(float* z, int M, int K, int m0, int gb, int ge,
-                                             const __nv_bfloat16* __restrict__ x)
-{
-  const int lane = threadIdx.x % 32, sub = lane % 4, n = ge - gb, rows = min(8, M - m0);
-  __syncwarp();  // every lane done with the last pass's sums
-  for (int i = lane; i < 8 * CG; i += 32) z[i] = 0.0f;
-  __syncwarp();
-  for (int base = 0; base < n * rows; base += 8) {  // the same trips for the whole warp
-    const int item = base + lane / 4, r = item / n, j = item - r * n;
-    float s = 0.0f;
-    if (item < n * rows) {
-      const __nv_bfloat16* xg = x + (size_t)(m0 + r) * K + (gb + j) * 128;  // the item's group
-      s = even_x_quarter(reinterpret_cast<const uint4*>(xg) + 4 * sub);
-    }
-    s += __shfl_xor_sync(0xffffffffu, s, 1);
-    s += __shfl_xor_sync(0xffffffffu, s, 2);
-    if (sub == 0 && item < n * rows) z[8 * j + r] = -136.0f * s;
-  }
-  __syncwarp();
-}
-
 extern "C" __global__ void __launch_bounds__(32 * WARPS, MIN_BLOCKS)
 w4_chunk_blocks(int M, int N, int K, const __nv_bfloat16* __restrict__ x,
                 const unsigned* __restrict__ Wt, const __nv_bfloat16* __restrict__ St,
@@ -122,7 +98,7 @@ w4_chunk_blocks(int M, int N, int K, const __nv_bfloat16* __restrict__ x,
     // the first group's loads on their way while the warp sums x
     uint4 qa = load_w(w), qb = load_w(w + 32);
     unsigned sc = __ldg(sp);
-    chunk_x_sums(z, M, K, m0, gb, ge, x);
+    even_warp_x_sums(z, M, K, m0, gb, ge - gb, 1, x);
     for (int gi = gb; gi < ge; ++gi) {
       w += 64;
       sp += 8;

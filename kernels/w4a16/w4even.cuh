@@ -104,6 +104,30 @@ __device__ __forceinline__ void even_x_sums(float* xs, int M, int K, int m0,
   }
 }
 
+// -136 sum x over the n groups gb, gb + stride, ... for batch rows m0 .. m0 + 8 into z[8 j + r]
+// (0 for the rows past M; z holds 8 n floats): the warp's lanes four an item (a group and a
+// batch row there is), the items row by row
+__device__ __forceinline__ void even_warp_x_sums(float* z, int M, int K, int m0, int gb, int n,
+                                                 int stride, const __nv_bfloat16* __restrict__ x)
+{
+  const int lane = threadIdx.x % 32, sub = lane % 4, rows = min(8, M - m0);
+  __syncwarp();  // every lane done with the last pass's sums
+  for (int i = lane; i < 8 * n; i += 32) z[i] = 0.0f;
+  __syncwarp();
+  for (int base = 0; base < n * rows; base += 8) {  // the same trips for the whole warp
+    const int item = base + lane / 4, r = item / n, j = item - r * n;
+    float s = 0.0f;
+    if (item < n * rows) {
+      const __nv_bfloat16* xg = x + (size_t)(m0 + r) * K + (gb + j * stride) * 128;  // its group
+      s = even_x_quarter(reinterpret_cast<const uint4*>(xg) + 4 * sub);
+    }
+    s += __shfl_xor_sync(0xffffffffu, s, 1);
+    s += __shfl_xor_sync(0xffffffffu, s, 2);
+    if (sub == 0 && item < n * rows) z[8 * j + r] = -136.0f * s;
+  }
+  __syncwarp();
+}
+
 // acc += the scaled products of scale group gi with batch rows m0 + g, in the tiled_pairs
 // layout (nibbles s and s + 4 of a word are its weights 2s and 2s + 1, so that x's 32-bit
 // words are the B fragment as they lie: no PRMT), the weights as 128 + q and the zero point
