@@ -26,6 +26,15 @@
 // (3x cuBLAS BF16 beside it in the run at 1917446), ~10 % off 13's 20.70.
 // What ncu should show: sm__cycles_active above 13's 82 % of the elapsed cycles, DRAM throughput
 // above 13's 57.2 % of peak, lts__t_bytes within ~10 % of 13's 93 MB (pieces of CG groups).
+// Measured (H200, the study's run at cbb1177, CUPTI kernel time; ncu under its own clocks):
+// refuted. At 1 x 28672 x 4096 the winner (WARPS 1, CG 8, PREFETCH 0) takes 23.78 us against
+// 13's 20.74 beside it, and the shorter the chunks the slower (CG 2: 34 to 41 us, CG 4: 26 to
+// 29, CG 8: 24 to 28); 85.01 against 79.58 us at 1 x 128256 x 4096. ncu at 1 x 28672: the SMs
+// are busier than under 13, as meant (sm__cycles_active 39557 of 46301 elapsed, 85 %, against
+// 13's 33741 of 40926, 82 %), but each is slower at it: DRAM 51.0 % of peak against 57.2 %,
+// lts__t_bytes 105 MB against 93 MB (the pieces), and a piece's release add and the finisher's
+// reads are on the warp's path. So what keeps 13 from the read ceiling is not the SMs it leaves
+// idle at the end. Next (18): 16's leaner group in 13's walk, and no pieces.
 //
 // The workspace (zeroed once, when the launcher is made): for each pass a count a tile, then for
 // each pass a slot of 16 x 8 floats a chunk. A tile's finisher sets its count back to 0, so the

@@ -18,6 +18,16 @@
 // in the run at 1917446), from 13's 20.70.
 // What ncu should show: inst_executed down by about a quarter from 13's, DRAM throughput up
 // from 13's 57.2 % of peak by as much as the time goes down.
+// Measured (H200, the study's run at cbb1177, CUPTI kernel time; ncu under its own clocks): 2 %
+// off 13, not the 4 % hoped for, and the 3x target missed: 20.35 us at 1 x 28672 x 4096 (13:
+// 20.74 beside it), 265 % of cuBLAS BF16, which took 53.98 us in this run (59.94 in the run at
+// 1917446: 3x now asks for 18.0 us); 74.05 us at 1 x 128256 x 4096 (13: 79.58), 320 % of
+// cuBLAS there. WARPS 4 wins; 2 is within 1 %, 8 is 3 % slower. ncu at 1 x 28672: the SMs
+// active 83.8 % of the elapsed cycles (32997 of 39361; 13: 82.4 %), DRAM 59.9 % of peak (13:
+// 57.2 %), lts__t_bytes 93.7 MB (13: 93.1), the long-scoreboard stall 7.9 warps an issue
+// against 13's 5.3: with fewer instructions the warps wait on W more, so W's latency, one
+// group in flight a warp, is the limit now. Reading at 2979 GB/s, the step needs ~3.36 TB/s
+// for 3x at this shape.
 //
 // Sizes: any M, N; K a multiple of 128. Launch: grid (cdiv(N, 16)), block (32 * WARPS),
 // WARPS * cdiv(K / 128, WARPS) * 32 bytes of dynamic shared memory.
