@@ -203,6 +203,9 @@ def test_study_loads_with_both_baselines_and_the_read_roof():
         ],
         # 13's grid: 2, 4 or 8 warps a block, 32 an SM
         "18_tiled_lean": [{"MIN_BLOCKS": 32 // w, "WARPS": w} for w in (2, 4, 8)],
+        "19_l2_ahead": [
+            {"AHEAD": a, "MIN_BLOCKS": 32 // w, "WARPS": w} for w in (2, 4) for a in (1, 2, 3, 4)
+        ],
     }
 
 
@@ -334,6 +337,8 @@ def test_kernels_compile_without_spills_and_convert_as_they_say(built, v):
         assert "LDG.E.NA.128.CONSTANT" in ops, sorted(ops)  # W by L2 only
         # 12: the tiles' bulk L2 prefetches (09's source with W4_L2_PREFETCH); 09: none
         assert ("UBLKPF.L2" in ops) == v.id.startswith("12_"), (v.id, sorted(ops))
+        # 19: L2 asked for W ahead, a lane's 16 bytes at a time (18's source with AHEAD)
+        assert ("CCTL.E.PF2" in ops) == (v.defines.get("AHEAD", 0) > 0 and v.id[:2] == "19")
         if v.entry != "w4_offset_mma":  # a 32-bit load gives a lane both of its rows' scales
             assert "LDG.E.CONSTANT" in ops and "LDG.E.U16.CONSTANT" not in ops, sorted(ops)
     else:
@@ -674,6 +679,33 @@ def test_the_prefetch_step_asks_l2_for_every_tile_once_inside_w_and_s(emu_dir, n
             for array, n in (("Wq", N * K // 2), ("S", N * K // 64)):
                 for off, nbytes in got.get(array, []):
                     assert off % 16 == 0 and nbytes % 16 == 0 and off + nbytes <= n
+
+
+@pytest.mark.parametrize("warps, ahead", [(2, 1), (4, 2), (4, 4)])
+def test_the_ahead_step_asks_l2_once_for_every_group_a_warp_loads_after_its_first(
+    emu_dir, numpy_as_cupy, warps, ahead
+):
+    """19's L2 requests (kept by the emulator, where they move nothing), each a lane's 16 bytes:
+    together exactly the 1 KB of Wt of every group a warp loads after its first (the first it
+    loads itself before any request), each 16 bytes once, none past a warp's last group, none
+    outside Wt; with a warp of no group (K / 128 < WARPS) and a tile of one group per warp;
+    the products still right."""
+    want_point = {"AHEAD": ahead, "MIN_BLOCKS": 32 // warps, "WARPS": warps}
+    (v,) = [
+        c for c in STUDY.candidates if c.tuned_from == "19_l2_ahead" and c.tune_point == want_point
+    ]
+    tol = W4.tolerance({}, "bfloat16")
+    for M, N, K in [(1, 37, 1152), (3, 100, 512), (2, 20, 128)]:
+        sizes = {"M": M, "N": N, "K": K}
+        printed: list[str] = []
+        case = _emulate(emu_dir, v, sizes, printed=printed)
+        assert W4.check(case, tol, f"w4a16/{v.id} at {M}x{N}x{K}").rel_err < 4e-3
+        got = _prefetched(printed[0]) if printed[0].strip() else {}
+        assert set(got) <= {"Wq"}, got  # W only, never the scales or x
+        G, tiles = K // 128, -(-N // 16)
+        groups = [t * G + gi for t in range(tiles) for gi in range(warps, G)]  # k >= 1
+        want = [((u * 64 + i) * 16, 16) for u in groups for i in range(64)]
+        assert got.get("Wq", []) == want, (v.id, sizes)
 
 
 def test_the_emulated_check_fails_kernels_that_skip_rows_or_misread_nibbles(emu_dir, numpy_as_cupy):

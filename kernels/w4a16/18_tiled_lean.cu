@@ -39,6 +39,19 @@
 #ifndef MIN_BLOCKS
 #define MIN_BLOCKS (32 / WARPS)  // 32 warps an SM of 64 registers, as 13's winner
 #endif
+#ifndef AHEAD
+#define AHEAD 0  // 19_l2_ahead: each warp asks L2 for its group AHEAD groups past the next
+#endif
+
+// L2 asked for the lane's 32 bytes of the warp's group k of n, where there is one (19)
+__device__ __forceinline__ void tiled_ahead(const uint4* w, int k, int n)
+{
+#if AHEAD
+  if (k < n) even_l2(w), even_l2(w + 32);
+#else
+  (void)w, (void)k, (void)n;
+#endif
+}
 
 extern "C" __global__ void __launch_bounds__(32 * WARPS, MIN_BLOCKS)
 w4_tiled_lean(int M, int N, int K, const __nv_bfloat16* __restrict__ x,
@@ -59,13 +72,16 @@ w4_tiled_lean(int M, int N, int K, const __nv_bfloat16* __restrict__ x,
     uint4 qa = make_uint4(0, 0, 0, 0), qb = qa;
     unsigned sc = 0;
     if (n > 0) qa = load_w(w), qb = load_w(w + 32), sc = __ldg(sp);  // on their way while
-    even_warp_x_sums(z, M, K, m0, warp, n, WARPS, x);                // the warp sums x
+#pragma unroll
+    for (int a = 1; a <= AHEAD; ++a) tiled_ahead(w + 64 * WARPS * a, a, n);
+    even_warp_x_sums(z, M, K, m0, warp, n, WARPS, x);  // the warp sums x
     for (int k = 0; k < n; ++k) {
       const float sa = __uint_as_float(sc << 16), sb = __uint_as_float(sc & 0xFFFF0000u);
       even_group_lean(acc[0], qa, qb, sa, sb, warp + k * WARPS, M, K, m0, x, z, k);
       w += 64 * WARPS;
       sp += 8 * WARPS;
       if (k + 1 < n) qa = load_w(w), qb = load_w(w + 32), sc = __ldg(sp);
+      tiled_ahead(w + 64 * WARPS * AHEAD, k + 1 + AHEAD, n);
     }
     sum_warps_store<WARPS, 1>(part, acc, M, N, m0, blockIdx.x * 16, y);
   }

@@ -42,6 +42,16 @@ __device__ __forceinline__ void even_acquire()
 #endif
 }
 
+// L2 asked for the line that holds p: no register, no wait (19's loads of W ahead)
+__device__ __forceinline__ void even_l2(const void* p)
+{
+#ifdef KERNELBOOK_EMU
+  emu_l2_prefetch(p, 16);  // kept, so that a test sees what was asked for
+#else
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+#endif
+}
+
 // threadIdx.x read again where it is used, so that nothing derived from it stays live through
 // the mma loop (a volatile read is not merged with the first)
 __device__ __forceinline__ int even_tid()
