@@ -1,7 +1,8 @@
-// What the steps that add pieces of a tile through the workspace share (15_even_units,
-// 16_even_lean, 17_counted_units): the C fragment's slots, the release add and acquire fence
-// between the warp that leaves a piece and the one that completes the tile, y's store, and 16's
-// lean scale group with its sums of x.
+// What the steps from 15 on share: for those that add pieces of a tile through the workspace
+// (15_even_units, 16_even_lean, 17_chunk_blocks), the C fragment's slots, the release add and
+// acquire fence between the warp that leaves a piece and the one that completes the tile, and
+// y's store; 16's lean scale group with a block's or a warp's sums of x (16, 17, 18_tiled_lean);
+// a lane's L2 request (19_l2_ahead).
 // Included with quotes, so a kernel's source hash covers it (kernelbook.provenance).
 #pragma once
 #include "w4offset.cuh"
