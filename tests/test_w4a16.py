@@ -206,6 +206,15 @@ def test_study_loads_with_both_baselines_and_the_read_roof():
         "19_l2_ahead": [
             {"AHEAD": a, "MIN_BLOCKS": 32 // w, "WARPS": w} for w in (2, 4) for a in (1, 2, 3, 4)
         ],
+        # 16 or 32 warps an SM; slots a warp as its share of ~190 KB allows
+        "20_tiled_ring": [
+            {"MIN_BLOCKS": b, "STAGES": st, "WARPS": w}
+            for w in (2, 4)
+            for b in (4, 8, 16)
+            if w * b in (16, 32)
+            for st in (3, 4, 5, 8)
+            if w * b * st * 1152 <= 190 * 1024
+        ],
     }
 
 
@@ -222,6 +231,7 @@ TENSOR_CORE = (
     "w4_even_units",
     "w4_chunk_blocks",
     "w4_tiled_lean",
+    "w4_tiled_ring",
 )
 RINGS = ("w4_ring_persistent", "w4_ring_lean")  # chunks of CG groups through a cp.async ring
 # 07's grid: tiles shared out evenly
@@ -275,6 +285,12 @@ def test_launch_geometry_covers_every_row(v):
             groups = -(-(s["K"] // 128) // v.defines["WARPS"])  # the most a warp takes
             assert L.block == (32 * v.defines["WARPS"], 1, 1)
             assert L.smem == v.defines["WARPS"] * groups * 8 * 4
+        elif v.entry == "w4_tiled_ring":  # 18's, and each warp's ring: 1 KB of W, 128 B of scales
+            d, groups = v.defines, -(-(s["K"] // 128) // v.defines["WARPS"])
+            assert L.block == (32 * d["WARPS"], 1, 1)
+            assert L.smem == d["WARPS"] * (d["STAGES"] * 1152 + groups * 8 * 4)
+            if s["K"] <= 4096:  # the blocks an SM asked for fit, 1 KB reserved each
+                assert d["MIN_BLOCKS"] * (L.smem + 1024) <= 228 * 1024, (v.id, s)
         elif v.entry in RINGS:  # a ring of STAGES chunks of CG KB a warp
             d = v.defines
             assert L.block == (32 * d["WARPS"], 1, 1)
@@ -324,6 +340,11 @@ def test_kernels_compile_without_spills_and_convert_as_they_say(built, v):
     if v.entry in ("w4_cp_async_ring", *RINGS):  # W by cp.async.cg, then LDS.128
         assert {"LDGSTS.E.BYPASS.128", "LDS.128", "DEPBAR.LE"} <= ops, sorted(ops)
         assert not any(op.startswith("LDG.E") and op.endswith(".128") for op in ops), sorted(ops)
+    elif v.entry == "w4_tiled_ring":  # W (cg, 16 bytes) and the scales (ca, 4) by cp.async
+        want = {"LDGSTS.E.BYPASS.128", "LDGSTS.E", "LDS.128", "LDS", "DEPBAR.LE"}
+        assert want <= ops, sorted(ops)
+        assert "LDG.E.NA.128.CONSTANT" not in ops and "LDG.E.CONSTANT" not in ops, sorted(ops)
+        assert "LDG.E.128.CONSTANT" in ops, sorted(ops)  # x alone by LDG
     elif v.entry == "w4_bulk_ring":  # W and the scales by the TMA unit (two copies a slot)
         assert {"UBLKCP.S.G", "LDS.128", "SYNCS.PHASECHK.TRANS64.TRYWAIT"} <= ops, sorted(ops)
         assert not any(op.startswith("LDG.E.NA") for op in ops), sorted(ops)  # x alone by LDG
@@ -346,7 +367,7 @@ def test_kernels_compile_without_spills_and_convert_as_they_say(built, v):
     # (I2F.*.RP: the reciprocal of an integer division, as 14's runs of tiles a block)
     converts = {op for op in ops if op.startswith("I2F") and not op.endswith(".RP")}
     pieces = ("w4_even_units", "w4_chunk_blocks")
-    lean = ("w4_chunk_blocks", "w4_tiled_lean")
+    lean = ("w4_chunk_blocks", "w4_tiled_lean", "w4_tiled_ring")
     if v.entry in ("w4_offset_mma", "w4_tiled_w", "w4_bulk_ring", *pieces, *lean, *RINGS):
         assert "HMMA.16816.F32.BF16" in ops and "HADD2.BF16_V2" not in ops, sorted(ops)
         assert not converts, sorted(ops)
