@@ -729,6 +729,22 @@ def test_the_ahead_step_asks_l2_once_for_every_group_a_warp_loads_after_its_firs
         assert got.get("Wq", []) == want, (v.id, sizes)
 
 
+@pytest.mark.parametrize(
+    "v", [c for c in STUDY.candidates if c.tuned_from == "20_tiled_ring"], ids=lambda v: v.id
+)
+def test_the_ring_step_refills_every_slot_and_keeps_its_products(emu_dir, numpy_as_cupy, v):
+    """20's rings where each warp walks more groups than it has slots (K = 8192 and 5120: 10 to
+    32 groups a warp against 3 to 8 slots), so every slot is filled again several times, on a
+    ragged last tile and across passes of M > 8 (the rings and the partials laid over them
+    used again): the products still right, y written everywhere."""
+    tol = W4.tolerance({}, "bfloat16")
+    G = lambda K: K // 128 // v.defines["WARPS"]  # noqa: E731
+    for M, N, K in [(1, 20, 8192), (9, 16, 5120)]:
+        assert G(K) > v.defines["STAGES"]
+        case = _emulate(emu_dir, v, {"M": M, "N": N, "K": K})
+        assert W4.check(case, tol, f"w4a16/{v.id} at {M}x{N}x{K}").rel_err < 4e-3
+
+
 def test_the_emulated_check_fails_kernels_that_skip_rows_or_misread_nibbles(emu_dir, numpy_as_cupy):
     """01 on half its grid leaves rows of y at the NaN poison; 01 given weights whose nibbles
     are in the other order within each word (a kernel reading them high-first sees this)
