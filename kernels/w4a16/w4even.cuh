@@ -1,8 +1,8 @@
 // What the steps from 15 on share: for those that add pieces of a tile through the workspace
 // (15_even_units, 16_even_lean, 17_chunk_blocks), the C fragment's slots, the release add and
 // acquire fence between the warp that leaves a piece and the one that completes the tile, and
-// y's store; 16's lean scale group with a block's or a warp's sums of x (16, 17, 18_tiled_lean);
-// a lane's L2 request (19_l2_ahead).
+// y's store; 16's lean scale group with a block's or a warp's sums of x (16, 17, 18_tiled_lean,
+// and for 16 batch rows at a time 20_tiled_ring); a lane's L2 request (19_l2_ahead).
 // Included with quotes, so a kernel's source hash covers it (kernelbook.provenance).
 #pragma once
 #include "w4offset.cuh"
@@ -63,6 +63,18 @@ __device__ __forceinline__ int even_tid()
   int t;
   asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
   return t;
+#endif
+}
+
+// blockIdx.x read again where it is used (as even_tid)
+__device__ __forceinline__ int even_ctaid()
+{
+#ifdef KERNELBOOK_EMU
+  return blockIdx.x;
+#else
+  int b;
+  asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(b));
+  return b;
 #endif
 }
 
@@ -139,33 +151,55 @@ __device__ __forceinline__ void even_warp_x_sums(float* z, int M, int K, int m0,
   __syncwarp();
 }
 
-// acc += the scaled products of scale group gi with batch rows m0 + g, in the tiled_pairs
-// layout (nibbles s and s + 4 of a word are its weights 2s and 2s + 1, so that x's 32-bit
-// words are the B fragment as they lie: no PRMT), the weights as 128 + q and the zero point
-// -136 sum x from xs[8 zi ..], the group's 8 sums (no mma of its own: 8 HMMAs a group, not 16); a lane past M reads batch
-// row M - 1 again (its C columns are never stored: no predicated load)
+// acc[j] += the scaled products of scale group gi with batch rows m0 + 8j + g, j < MT, in the
+// tiled_pairs layout (nibbles s and s + 4 of a word are its weights 2s and 2s + 1, so that x's
+// 32-bit words are the B fragment as they lie: no PRMT), the weights as 128 + q (each A
+// fragment made once for the MT tiles of batch rows) and the zero point -136 sum x from
+// xs[zs j + 8 zi ..], the group's 8 sums for those 8 rows (no mma of its own: 8 HMMAs a group
+// and 8 rows, not 16); a lane past M reads batch row M - 1 again (its C columns are never
+// stored: no predicated load)
+template <int MT>
+__device__ __forceinline__ void even_group_rows(float (&acc)[MT][4], uint4 qa, uint4 qb, float sa,
+                                                float sb, int gi, int M, int K, int m0,
+                                                const __nv_bfloat16* __restrict__ x,
+                                                const float* xs, int zs, int zi)
+{
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const uint4* xr[MT];
+#pragma unroll
+  for (int j = 0; j < MT; ++j)
+    xr[j] = reinterpret_cast<const uint4*>(x + (size_t)min(m0 + 8 * j + g, M - 1) * K + gi * 128) +
+            4 * t;
+  float c[MT][4] = {};
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    const unsigned ua = w == 0 ? qa.x : w == 1 ? qa.y : w == 2 ? qa.z : qa.w;
+    const unsigned ub = w == 0 ? qb.x : w == 1 ? qb.y : w == 2 ? qb.z : qb.w;
+#pragma unroll
+    for (int j = 0; j < MT; ++j) {
+      const uint4 xv = __ldg(xr[j] + w);
+      mma_bf16(c[j], nib_biased<0>(ua), nib_biased<0>(ub), nib_biased<1>(ua), nib_biased<1>(ub),
+               xv.x, xv.y);
+      mma_bf16(c[j], nib_biased<2>(ua), nib_biased<2>(ub), nib_biased<3>(ua), nib_biased<3>(ub),
+               xv.z, xv.w);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < MT; ++j) {
+    const float z0 = xs[zs * j + 8 * zi + 2 * t], z1 = xs[zs * j + 8 * zi + 2 * t + 1];  // 2t, 2t + 1
+    acc[j][0] = fmaf(sa, c[j][0] + z0, acc[j][0]);  // rows g, g + 8: their group's scale
+    acc[j][1] = fmaf(sa, c[j][1] + z1, acc[j][1]);
+    acc[j][2] = fmaf(sb, c[j][2] + z0, acc[j][2]);
+    acc[j][3] = fmaf(sb, c[j][3] + z1, acc[j][3]);
+  }
+}
+
+// even_group_rows for the 8 batch rows m0 + g (16, 17, 18)
 __device__ __forceinline__ void even_group_lean(float (&acc)[4], uint4 qa, uint4 qb, float sa,
                                                 float sb, int gi, int M, int K, int m0,
                                                 const __nv_bfloat16* __restrict__ x,
                                                 const float* xs, int zi)
 {
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const uint4* xr = reinterpret_cast<const uint4*>(x + (size_t)min(m0 + g, M - 1) * K + gi * 128) +
-                    4 * t;
-  float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-  for (int w = 0; w < 4; ++w) {
-    const unsigned ua = w == 0 ? qa.x : w == 1 ? qa.y : w == 2 ? qa.z : qa.w;
-    const unsigned ub = w == 0 ? qb.x : w == 1 ? qb.y : w == 2 ? qb.z : qb.w;
-    const uint4 xv = __ldg(xr + w);
-    mma_bf16(c, nib_biased<0>(ua), nib_biased<0>(ub), nib_biased<1>(ua), nib_biased<1>(ub), xv.x,
-             xv.y);
-    mma_bf16(c, nib_biased<2>(ua), nib_biased<2>(ub), nib_biased<3>(ua), nib_biased<3>(ub), xv.z,
-             xv.w);
-  }
-  const float z0 = xs[8 * zi + 2 * t], z1 = xs[8 * zi + 2 * t + 1];  // C columns 2t, 2t + 1
-  acc[0] = fmaf(sa, c[0] + z0, acc[0]);  // rows g, g + 8: their group's scale
-  acc[1] = fmaf(sa, c[1] + z1, acc[1]);
-  acc[2] = fmaf(sb, c[2] + z0, acc[2]);
-  acc[3] = fmaf(sb, c[3] + z1, acc[3]);
+  even_group_rows<1>(reinterpret_cast<float(&)[1][4]>(acc), qa, qb, sa, sb, gi, M, K, m0, x, xs,
+                     0, zi);
 }
