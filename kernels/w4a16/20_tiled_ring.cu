@@ -113,7 +113,7 @@ __device__ __forceinline__ void ring_pass(uint4* smem, int M, int N, int K, int 
   // (the tile's first row read again here, so that y's addresses are not made before the walk
   // and held through it: 64 registers)
   sum_warps_store<WARPS, MT>(*reinterpret_cast<RingPartials*>(smem), acc, M, N, m0,
-                             even_ctaid() * 16, y);
+                             even_tid<true>() * 16, y);
 }
 
 extern "C" __global__ void __launch_bounds__(32 * WARPS, MIN_BLOCKS)

@@ -53,28 +53,18 @@ __device__ __forceinline__ void even_l2(const void* p)
 #endif
 }
 
-// threadIdx.x read again where it is used, so that nothing derived from it stays live through
-// the mma loop (a volatile read is not merged with the first)
+// threadIdx.x (BLOCK: blockIdx.x) read again where it is used, so that nothing derived from it
+// stays live through the mma loop (a volatile read is not merged with the first)
+template <bool BLOCK = false>
 __device__ __forceinline__ int even_tid()
 {
 #ifdef KERNELBOOK_EMU
-  return threadIdx.x;
+  return BLOCK ? blockIdx.x : threadIdx.x;
 #else
   int t;
-  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+  if (BLOCK) asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(t));
+  else asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
   return t;
-#endif
-}
-
-// blockIdx.x read again where it is used (as even_tid)
-__device__ __forceinline__ int even_ctaid()
-{
-#ifdef KERNELBOOK_EMU
-  return blockIdx.x;
-#else
-  int b;
-  asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(b));
-  return b;
 #endif
 }
 
