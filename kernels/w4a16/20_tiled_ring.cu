@@ -4,11 +4,12 @@
 //
 // Changed from 18: how a group reaches the warp, and 16 batch rows a pass (18: 8, so W was read
 // twice at M = 16; each group's A fragments are made once for both n8 tiles of x); nothing of
-// the grid, the walk or the group's arithmetic. A lane copies its own 2 x 16 bytes of the group (cp.async.cg, L2 only) and its
-// own 4 bytes of the group's scales (cp.async.ca: 4 bytes must go through L1) into its slot,
-// and reads back only what it copied, so the wait on its own copies is the only ordering
-// there is (no barrier, no mbarrier). The warps' accumulators are added through the ring's
-// memory once every warp of the block is past its walk (a block barrier first).
+// the grid, the walk or the group's arithmetic. A lane copies its own 2 x 16 bytes of the
+// group (cp.async.cg, L2 only) and its own 4 bytes of the group's scales (cp.async.ca: 4 bytes
+// must go through L1) into its slot, and reads back only what it copied, so the wait on its
+// own copies is the only ordering there is (no barrier, no mbarrier). The warps' accumulators
+// are added through the rings' memory once every warp of the block is past its walk (a block
+// barrier first).
 // Why: 18's ncu at 1 x 28672 x 4096 (cbb1177) has the warps waiting on W (long scoreboard 7.9
 // warps an issue) at DRAM 59.9 % of peak: a warp holds one 1 KB group in flight, 32 KB an SM,
 // and a second in registers costs warps an SM (13's UNR 2, 16's PREFETCH). 08's ring bought
@@ -58,7 +59,8 @@ __device__ __forceinline__ void ring_copy4(void* dst, const void* src)
 }
 
 // the lane's 32 bytes of a group and its 4 bytes of the group's scales into slot (ws, ss)
-__device__ __forceinline__ void ring_fill(uint4* ws, unsigned* ss, const uint4* w, const unsigned* s)
+__device__ __forceinline__ void ring_fill(uint4* ws, unsigned* ss, const uint4* w,
+                                          const unsigned* s)
 {
   copy16(ws, w, true);
   copy16(ws + 32, w + 32, true);
@@ -73,8 +75,9 @@ __device__ __forceinline__ void ring_pass(uint4* smem, int M, int N, int K, int 
                                           const __nv_bfloat16* __restrict__ St,
                                           __nv_bfloat16* __restrict__ y)
 {
-  const int lane = even_tid() % 32, warp = even_tid() / 32, G = K / 128, most = (G + WARPS - 1) / WARPS;
+  const int lane = even_tid() % 32, warp = even_tid() / 32, G = K / 128;
   const int n = warp < G ? (G - warp + WARPS - 1) / WARPS : 0;  // groups warp, warp + WARPS, ..
+  const int most = (G + WARPS - 1) / WARPS;                      // warp 0's n
   uint4* const rw = smem + warp * STAGES * 64 + lane;  // slot s: rw[64 s], rw[64 s + 32]
   unsigned* const rs =
       reinterpret_cast<unsigned*>(smem + WARPS * STAGES * 64) + warp * STAGES * 32 + lane;

@@ -176,7 +176,8 @@ __device__ __forceinline__ void even_group_rows(float (&acc)[MT][4], uint4 qa, u
   }
 #pragma unroll
   for (int j = 0; j < MT; ++j) {
-    const float z0 = xs[zs * j + 8 * zi + 2 * t], z1 = xs[zs * j + 8 * zi + 2 * t + 1];  // 2t, 2t + 1
+    // C columns 2t, 2t + 1
+    const float z0 = xs[zs * j + 8 * zi + 2 * t], z1 = xs[zs * j + 8 * zi + 2 * t + 1];
     acc[j][0] = fmaf(sa, c[j][0] + z0, acc[j][0]);  // rows g, g + 8: their group's scale
     acc[j][1] = fmaf(sa, c[j][1] + z1, acc[j][1]);
     acc[j][2] = fmaf(sb, c[j][2] + z0, acc[j][2]);
