@@ -735,9 +735,10 @@ def test_the_ahead_step_asks_l2_once_for_every_group_a_warp_loads_after_its_firs
         assert got.get("Wq", []) == want, (v.id, sizes)
 
 
-@pytest.mark.parametrize(
-    "v", [c for c in STUDY.candidates if c.tuned_from == "20_tiled_ring"], ids=lambda v: v.id
-)
+RING_20 = [c for c in STUDY.candidates if c.tuned_from == "20_tiled_ring"]
+
+
+@pytest.mark.parametrize("v", RING_20, ids=lambda v: v.id)
 def test_the_ring_step_refills_every_slot_and_keeps_its_products(emu_dir, numpy_as_cupy, v):
     """20's rings where each warp walks more groups than it has slots (K = 8192 and 5120: 10 to
     32 groups a warp against 3 to 8 slots), so every slot is filled again several times, on a
@@ -748,6 +749,37 @@ def test_the_ring_step_refills_every_slot_and_keeps_its_products(emu_dir, numpy_
         assert K // 128 // v.defines["WARPS"] > v.defines["STAGES"]  # groups a warp
         case = _emulate(emu_dir, v, {"M": M, "N": N, "K": K})
         assert W4.check(case, tol, f"w4a16/{v.id} at {M}x{N}x{K}").rel_err < 4e-3
+
+
+@pytest.mark.parametrize("v", RING_20, ids=lambda v: v.id)
+def test_the_ring_step_waits_for_its_copies_before_it_reads_a_slot(tmp_path, v):
+    """20 orders its rings by cp.async.wait_group alone, an asm statement without a memory
+    clobber: nothing in the C++ keeps the compiler from moving a shared load of a slot above
+    it, and the emulator, which copies at once, cannot see it. So the order is read from the
+    SASS: in each walk loop (16 batch rows a pass and 8) the refill's copies (LDGSTS) come
+    before the wait (DEPBAR.LE), so that they are in flight while the warp waits, and every
+    shared load of the loop after it. (ptxas's never-taken `@!PT LDS RZ, [RZ]` before a copy
+    into shared memory reads nothing.)"""
+    from kernelbook.build import loops
+    from kernelbook.build import nvcc as build
+
+    cubin = tmp_path / "kernel.cubin"
+    build.compile_variant(v, ARCH, FLAGS, REPO, cubin)
+    text = build.sass_text(cubin, 120, v.id)
+    walks = []
+    for function, insns in loops.parse(text).items():
+        found = loops.function_loops(function, insns)
+        inner = [lp for lp in found if not any(lp.holds(o) for o in found)]
+        walks += [lp for lp in inner if "DEPBAR.LE" in lp.ops]
+    assert len(walks) == 2, [lp.ops for lp in walks]
+    for lp in walks:
+        ops = [i.op for i in lp.insns if not i.args.startswith("RZ, [RZ]")]
+        wait = ops.index("DEPBAR.LE")
+        assert ops.count("DEPBAR.LE") == 1, ops
+        copies = [k for k, op in enumerate(ops) if op.startswith("LDGSTS")]
+        reads = [k for k, op in enumerate(ops) if op.startswith("LDS")]
+        assert len(copies) == 3 and max(copies) < wait, ops  # 2 x 16 bytes of W, 4 of scales
+        assert reads and min(reads) > wait, ops
 
 
 def test_the_emulated_check_fails_kernels_that_skip_rows_or_misread_nibbles(emu_dir, numpy_as_cupy):
