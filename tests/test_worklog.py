@@ -1220,11 +1220,40 @@ def test_the_page_says_where_the_two_instruments_differ():
     assert len(notes) == 2, notes
     assert notes[0] == (
         "**03_smem** at 2 sizes: CUDA events read 2.3 to 2.4 µs more than kernel time (+12 to "
-        "+31 %; most at 128x128x128, 9.66 µs against 7.36 µs of kernel time): the GPU's own "
+        "+31 %; most: 128x128x128, 9.66 µs against 7.36 µs of kernel time): the GPU's own "
         "work around the launch, which the events count and the kernel does not."
     )
     said = quality.timer_description(m)
     assert said.startswith("kernel time from CUPTI") and "CUDA events" in said
+    # the launch's few µs in rows of several variants: one line for them all, and a row the
+    # launch does not explain (events 40 µs over a 20 µs kernel) on a line of its own
+    rows = [
+        ("05_tiled", "64x64x64", 0.0040, 0.0071),
+        ("05_tiled", "128x128x128", 0.0090, 0.0122),
+        ("06_async", "128x128x128", 0.0080, 0.0109),
+        ("06_async", "256x256x256", 0.0200, 0.0600),
+    ]
+    more = pd.DataFrame(
+        [
+            {"variant": v, "size": s, "status": "ok", "timing_method": "cupti", "median_ms": k,
+             "event_median_ms": e, "timing_note": None}
+            for v, s, k, e in rows
+        ]
+    )  # fmt: skip
+    notes = sections.instrument_notes(pd.concat([m, more]))
+    assert len(notes) == 3, notes
+    assert notes[0].startswith(
+        "4 rows of 3 variants: CUDA events read 2.3 to 3.2 µs more than kernel time (+31 to "
+        "+78 %; most: **05_tiled**, 64x64x64, 7.1 µs against 4 µs of kernel time): the GPU's "
+        "own work around the launch"
+    ), notes[0]
+    assert notes[0].endswith("(3 µs at the median over all 6 rows)."), notes[0]
+    assert notes[1] == (
+        "**06_async** at 256x256x256: CUDA events read 60 µs against 20 µs of kernel time "
+        "(+200 %): not the launch's work (3 µs, what the events add to this study's rows at "
+        "the median)."
+    )
+    assert notes[2].startswith("1 row(s) timed with CUDA events")
 
 
 def test_a_read_bound_study_names_its_streaming_read_where_others_name_the_copy(tmp_path):

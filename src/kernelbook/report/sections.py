@@ -193,6 +193,13 @@ def regenerate_commands(data: StudyData, worklogs: str = "worklogs") -> str:
 
 # Kernel time and the blocking-kernel events apart by more than this: the page says so.
 INSTRUMENTS_APART = 0.05
+# The events' usual excess over kernel time (the GPU's work around a launch, a few µs) lies
+# within this of the study's median excess over all its rows; such rows of several variants
+# are one line, and a row further off is named with its variant.
+LAUNCH_BAND_US = 1.0
+_AROUND_LAUNCH = (
+    "the GPU's own work around the launch, which the events count and the kernel does not"
+)
 
 
 def side_clocks(data: StudyData, job: str, size: str) -> str:
@@ -214,35 +221,55 @@ def side_clocks(data: StudyData, job: str, size: str) -> str:
     return "; each side's SM clock over its samples, median (min) MHz: " + ", ".join(parts)
 
 
+def _apart_line(g: pd.DataFrame, who: str, why: str) -> str:
+    """One line for rows where the events and kernel time differ (``_ev``, ``_kt``, ``_r``):
+    the one row's both times, or the excess's range, its share's range and the largest."""
+    top = g.iloc[int(g["_r"].abs().to_numpy().argmax())]
+    both = f"{fmt(top['_ev'] * 1e3)} µs against {fmt(top['_kt'] * 1e3)} µs of kernel time"
+    if len(g) == 1:
+        return f"{who} at {top['size']}: CUDA events read {both} ({top['_r'] * 100:+.0f} %): {why}."
+    added = (g["_ev"] - g["_kt"]) * 1e3
+    most = (
+        f"{top['size']}" if g["variant"].nunique() == 1 else f"**{top['variant']}**, {top['size']}"
+    )
+    return (
+        f"{who}: CUDA events read {fmt(added.min())} to {fmt(added.max())} µs more than kernel "
+        f"time ({g['_r'].min() * 100:+.0f} to {g['_r'].max() * 100:+.0f} %; most: {most}, "
+        f"{both}): {why}."
+    )
+
+
 def instrument_notes(m) -> list[str]:
-    """Where a row's two instruments differ by more than INSTRUMENTS_APART, one line per
-    variant saying both (kernel time is the headline; the events add the GPU's work around a
-    launch): the one size, or how many and the range with the largest; and the rows that
-    fell back to events, with why."""
+    """Where a row's two instruments differ by more than INSTRUMENTS_APART (kernel time is the
+    headline; the events add the GPU's work around a launch): the rows whose excess is the
+    study's usual one (within LAUNCH_BAND_US of its median over every row) in one line, or in
+    their variant's line where they are all of one variant; a line per variant for the rest,
+    which the launch does not explain; and the rows that fell back to events, with why."""
     out = []
     if "event_median_ms" not in m:
         return out
     ok = m[(m["status"] == "ok") & (m["timing_method"] == "cupti")]
     ev = pd.to_numeric(ok["event_median_ms"], errors="coerce")
     kt = pd.to_numeric(ok["median_ms"], errors="coerce")
-    apart = ok.assign(_ev=ev, _kt=kt, _r=ev / kt - 1)
-    apart = apart[(apart["_kt"] > 0) & (apart["_r"].abs() > INSTRUMENTS_APART)]
-    why = "the GPU's own work around the launch, which the events count and the kernel does not"
-    for v, g in apart.groupby("variant", sort=False):
-        top = g.iloc[int(g["_r"].abs().to_numpy().argmax())]
-        both = f"{fmt(top['_ev'] * 1e3)} µs against {fmt(top['_kt'] * 1e3)} µs of kernel time"
-        if len(g) == 1:
-            out.append(
-                f"**{v}** at {top['size']}: CUDA events read {both} ({top['_r'] * 100:+.0f} %): "
-                f"{why}."
-            )
-            continue
-        added = (g["_ev"] - g["_kt"]) * 1e3
-        out.append(
-            f"**{v}** at {len(g)} sizes: CUDA events read {fmt(added.min())} to "
-            f"{fmt(added.max())} µs more than kernel time ({g['_r'].min() * 100:+.0f} to "
-            f"{g['_r'].max() * 100:+.0f} %; most at {top['size']}, {both}): {why}."
-        )
+    rows = ok.assign(_ev=ev, _kt=kt, _r=ev / kt - 1)
+    rows = rows[rows["_kt"] > 0].reset_index(drop=True)
+    usual = ((rows["_ev"] - rows["_kt"]) * 1e3).median()
+    apart = rows[rows["_r"].abs() > INSTRUMENTS_APART]
+    near = ((apart["_ev"] - apart["_kt"]) * 1e3 - usual).abs() <= LAUNCH_BAND_US
+    launch = apart[near]
+    shared = launch["variant"].nunique() > 1  # the launch's rows of several variants: one line
+    if shared:
+        who = f"{len(launch)} rows of {launch['variant'].nunique()} variants"
+        why = f"{_AROUND_LAUNCH} ({fmt(usual)} µs at the median over all {len(rows)} rows)"
+        out.append(_apart_line(launch, who, why))
+    off = (
+        f"not the launch's work ({fmt(usual)} µs, what the events add to this study's rows at "
+        "the median)"
+    )
+    named = apart[~near] if shared else apart
+    for (v, is_near), g in named.groupby(["variant", near[named.index]], sort=False):
+        n = f" at {len(g)} sizes" if len(g) > 1 else ""
+        out.append(_apart_line(g, f"**{v}**{n}", _AROUND_LAUNCH if is_near else off))
     if "timing_note" in m:
         fell = m[(m["timing_method"] == "events") & m["timing_note"].map(lambda x: not isnull(x))]
         for note, g in fell.groupby("timing_note", sort=False):
